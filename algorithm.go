@@ -1,0 +1,94 @@
+package dmutex
+
+import (
+	"fmt"
+	"strings"
+)
+
+// An Algorithm names one of the mutual exclusion protocols. Its String form
+// (such as "ricart-agrawala") is what ParseAlgorithm accepts.
+type Algorithm int
+
+// The algorithms, in the order of the comparison table in the package
+// documentation.
+const (
+	Centralized Algorithm = iota
+	TokenRing
+	Lamport
+	RicartAgrawala
+	Maekawa
+	SuzukiKasami
+	Raymond
+	numAlgorithms
+)
+
+// An algorithmSpec is what the rest of the package knows of an algorithm.
+// Adding an algorithm is a new file with its machine and one row here.
+type algorithmSpec struct {
+	name string
+
+	// fifo is set for algorithms that are only correct over per-pair FIFO
+	// channels; the simulator refuses to reorder their messages.
+	fifo bool
+
+	// build makes peer id's machine for a cluster of n.
+	build func(id, n int, cfg *config) (machine, error)
+}
+
+var algorithms = [numAlgorithms]algorithmSpec{
+	Centralized:    {name: "centralized", build: newCentralized},
+	TokenRing:      {name: "token-ring"},
+	Lamport:        {name: "lamport", fifo: true, build: newLamport},
+	RicartAgrawala: {name: "ricart-agrawala", build: newRicart},
+	Maekawa:        {name: "maekawa", fifo: true},
+	SuzukiKasami:   {name: "suzuki-kasami"},
+	Raymond:        {name: "raymond"},
+}
+
+// Algorithms returns every algorithm, in the order of the constants.
+func Algorithms() []Algorithm {
+	all := make([]Algorithm, numAlgorithms)
+	for i := range all {
+		all[i] = Algorithm(i)
+	}
+	return all
+}
+
+// String returns the algorithm's name, such as "suzuki-kasami".
+func (a Algorithm) String() string {
+	if a.valid() {
+		return algorithms[a].name
+	}
+	return fmt.Sprintf("Algorithm(%d)", int(a))
+}
+
+// NeedsFIFO reports whether the algorithm is correct only over channels
+// that deliver the messages from one peer to another in the order sent.
+func (a Algorithm) NeedsFIFO() bool { return a.valid() && algorithms[a].fifo }
+
+func (a Algorithm) valid() bool { return a >= 0 && a < numAlgorithms }
+
+// ParseAlgorithm returns the algorithm whose String form is s, ignoring
+// case; "ricart", "ra", "sk" and "ring" are accepted as short forms.
+func ParseAlgorithm(s string) (Algorithm, error) {
+	key := strings.ToLower(strings.TrimSpace(s))
+	switch key {
+	case "ra", "ricart":
+		return RicartAgrawala, nil
+	case "sk":
+		return SuzukiKasami, nil
+	case "ring":
+		return TokenRing, nil
+	}
+	for a := range numAlgorithms {
+		if algorithms[a].name == key {
+			return a, nil
+		}
+	}
+	names := make([]string, numAlgorithms)
+	for a := range numAlgorithms {
+		names[a] = algorithms[a].name
+	}
+	return 0, fmt.Errorf("%w: unknown algorithm %q (want one of %s)",
+		ErrInvalidConfig, s, strings.Join(names, ", "))
+}

@@ -1,0 +1,90 @@
+package dmutex
+
+// centralized is the coordinator algorithm: peer 0 keeps the holder and a
+// FIFO queue of waiting peers, and every other peer asks it.
+type centralized struct {
+	id int
+
+	// At every peer.
+	wanting bool // our REQUEST is out (or queued locally at the coordinator)
+
+	// At the coordinator only.
+	holder int   // peer in the critical section, or -1
+	queue  []int // waiting peers, oldest first
+}
+
+const coordinator = 0
+
+func newCentralized(id, n int, _ *config) (machine, error) {
+	return &centralized{id: id, holder: -1}, nil
+}
+
+func (c *centralized) step(ev event, out *output) {
+	switch ev.kind {
+	case evRequest:
+		c.wanting = true
+		if c.id == coordinator {
+			c.ask(c.id, out)
+		} else {
+			out.send(Message{Kind: KindRequest, From: c.id, To: coordinator})
+		}
+	case evRelease:
+		if c.id == coordinator {
+			c.free(out)
+		} else {
+			out.send(Message{Kind: KindRelease, From: c.id, To: coordinator})
+		}
+	case evMessage:
+		m := ev.msg
+		switch {
+		case m.Kind == KindGrant && c.id != coordinator && c.wanting && m.From == coordinator:
+			c.wanting = false
+			out.enter()
+		case m.Kind == KindRequest && c.id == coordinator:
+			c.ask(m.From, out)
+		case m.Kind == KindRelease && c.id == coordinator && m.From == c.holder:
+			c.free(out)
+		}
+	}
+}
+
+// ask is the coordinator's handling of peer j's request.
+func (c *centralized) ask(j int, out *output) {
+	if c.holder >= 0 {
+		c.queue = append(c.queue, j)
+		return
+	}
+	c.give(j, out)
+}
+
+// free is the coordinator's handling of the holder's release.
+func (c *centralized) free(out *output) {
+	c.holder = -1
+	if len(c.queue) > 0 {
+		j := c.queue[0]
+		c.queue = c.queue[1:]
+		c.give(j, out)
+	}
+}
+
+func (c *centralized) give(j int, out *output) {
+	c.holder = j
+	if j == c.id {
+		c.wanting = false
+		out.enter()
+		return
+	}
+	out.send(Message{Kind: KindGrant, From: c.id, To: j})
+}
+
+func (c *centralized) clone() machine {
+	d := *c
+	d.queue = append([]int(nil), c.queue...)
+	return &d
+}
+
+func (c *centralized) appendState(b []byte) []byte {
+	b = appendBool(b, c.wanting)
+	b = appendInt(b, c.holder)
+	return appendInts(b, c.queue)
+}

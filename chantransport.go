@@ -1,0 +1,155 @@
+package dmutex
+
+import (
+	"fmt"
+	"sync"
+	"sync/atomic"
+)
+
+// A Transport carries one peer's messages. Send never blocks on the
+// receiving peer's loop: a transport that could block there would let two
+// peers sending to each other deadlock. Recv returns the channel of
+// messages for this peer; it is closed after Close. Close releases the
+// transport's resources and stops its goroutines; a second call returns
+// nil.
+//
+// A transport may lose, delay or reorder messages; the algorithms that need
+// per-pair FIFO order say so, and the runtime counts only messages whose
+// Send returned nil.
+type Transport interface {
+	Send(to int, m Message) error
+	Recv() <-chan Message
+	Close() error
+}
+
+// mailboxSize is the buffer of each endpoint's receive channel. Messages
+// beyond it wait in a backlog, so Send never blocks; the buffer only saves
+// the backlog's goroutine hop in the common case. Kept small, since every
+// idle peer pays for it.
+const mailboxSize = 16
+
+// A ChanNetwork connects n in-memory endpoints, one per peer, with
+// unbounded mailboxes that keep per-pair FIFO order. Its methods are safe
+// for concurrent use.
+type ChanNetwork struct {
+	eps []*ChanEndpoint
+}
+
+// NewChanNetwork returns a network of n endpoints, ids 0 to n-1.
+func NewChanNetwork(n int) *ChanNetwork {
+	nw := &ChanNetwork{eps: make([]*ChanEndpoint, n)}
+	for i := range nw.eps {
+		nw.eps[i] = &ChanEndpoint{
+			net:  nw,
+			id:   i,
+			ch:   make(chan Message, mailboxSize),
+			done: make(chan struct{}),
+		}
+	}
+	return nw
+}
+
+// Endpoint returns peer id's endpoint. It panics if id is out of range.
+func (nw *ChanNetwork) Endpoint(id int) *ChanEndpoint {
+	if id < 0 || id >= len(nw.eps) {
+		panic(fmt.Sprintf("dmutex: endpoint %d out of range [0, %d)", id, len(nw.eps)))
+	}
+	return nw.eps[id]
+}
+
+// A ChanEndpoint is one peer's Transport on a ChanNetwork.
+type ChanEndpoint struct {
+	net    *ChanNetwork
+	id     int
+	ch     chan Message
+	closed atomic.Bool
+
+	mu      sync.Mutex
+	backlog []Message // messages waiting for room in ch, oldest first
+	pumping bool      // a pump goroutine is draining the backlog
+	done    chan struct{}
+	wg      sync.WaitGroup
+}
+
+var _ Transport = (*ChanEndpoint)(nil)
+
+// Send puts m in peer to's mailbox and returns at once. A message to a
+// closed endpoint is dropped, as a network drops what a dead host would
+// have received; Send from a closed endpoint returns ErrClosed.
+func (e *ChanEndpoint) Send(to int, m Message) error {
+	if e.closed.Load() {
+		return ErrClosed
+	}
+	if to < 0 || to >= len(e.net.eps) {
+		return fmt.Errorf("dmutex: send to peer %d out of range [0, %d)", to, len(e.net.eps))
+	}
+	e.net.eps[to].put(m)
+	return nil
+}
+
+// Recv returns the channel of messages sent to this endpoint.
+func (e *ChanEndpoint) Recv() <-chan Message { return e.ch }
+
+// Close stops the endpoint: later messages to it are dropped, and Recv's
+// channel is closed.
+func (e *ChanEndpoint) Close() error {
+	e.mu.Lock()
+	if e.closed.Load() {
+		e.mu.Unlock()
+		return nil
+	}
+	e.closed.Store(true)
+	close(e.done)
+	e.mu.Unlock()
+	e.wg.Wait()
+	e.mu.Lock()
+	e.backlog = nil
+	e.mu.Unlock()
+	close(e.ch)
+	return nil
+}
+
+func (e *ChanEndpoint) put(m Message) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.closed.Load() {
+		return
+	}
+	if len(e.backlog) == 0 {
+		select {
+		case e.ch <- m:
+			return
+		default:
+		}
+	}
+	e.backlog = append(e.backlog, m)
+	if !e.pumping {
+		e.pumping = true
+		e.wg.Add(1)
+		go e.pump()
+	}
+}
+
+// pump moves the backlog into ch in order, then exits.
+func (e *ChanEndpoint) pump() {
+	defer e.wg.Done()
+	e.mu.Lock()
+	for len(e.backlog) > 0 && !e.closed.Load() {
+		m := e.backlog[0]
+		e.mu.Unlock()
+		select {
+		case e.ch <- m:
+		case <-e.done:
+			e.mu.Lock()
+			e.pumping = false
+			e.mu.Unlock()
+			return
+		}
+		e.mu.Lock()
+		e.backlog[0] = Message{}
+		e.backlog = e.backlog[1:]
+	}
+	e.backlog = nil
+	e.pumping = false
+	e.mu.Unlock()
+}

@@ -1,0 +1,207 @@
+package dmutex
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"strings"
+	"sync"
+)
+
+// ErrClosed is returned by LockContext on a peer that has been closed, and
+// is the panic value of Lock on a closed peer.
+var ErrClosed = errors.New("dmutex: peer closed")
+
+// ErrInvalidConfig is wrapped by every error about a bad size, id, option or
+// quorum given to a constructor. The wrapping error names the value.
+var ErrInvalidConfig = errors.New("dmutex: invalid configuration")
+
+// MaxPeers is the largest number of peers a cluster may have. Several
+// algorithms keep O(n) state per peer, so n peers cost O(n²) memory.
+const MaxPeers = 4096
+
+// A Locker is one peer of a distributed mutual exclusion cluster. It is
+// safe for concurrent use: several goroutines may call Lock on the same
+// peer, and they queue locally, each entry a protocol entry of its own.
+//
+// As with sync.Mutex, a Locker is not reentrant, and Unlock of a peer that
+// is not in the critical section panics.
+type Locker interface {
+	sync.Locker // Lock blocks until this peer is in the critical section; Unlock leaves it
+
+	// LockContext is Lock that gives up when ctx ends first, returning
+	// ctx.Err() unchanged. If the peer's request was already sent, the
+	// peer completes it internally and leaves at once, so no other peer
+	// waits for it forever. Once LockContext has returned nil, the end of
+	// ctx no longer matters. On a closed peer it returns ErrClosed.
+	LockContext(ctx context.Context) error
+
+	// ID returns the peer's id, 0 to n-1.
+	ID() int
+
+	// Stats returns this peer's own counts.
+	Stats() Stats
+
+	// Fence returns the fencing token of the current hold: a number that
+	// strictly increases, across the whole cluster, in the order in which
+	// peers enter the critical section. Pass it to a store that rejects
+	// writes carrying a smaller number than it has seen, and a holder that
+	// stalled past its turn cannot clobber its successor. Fence returns 0
+	// when the peer is not in the critical section.
+	Fence() uint64
+}
+
+// Stats counts what a peer or a cluster did.
+type Stats struct {
+	Entries  uint64            // critical-section entries granted to callers of Lock or LockContext
+	Messages uint64            // messages handed to the transport
+	ByKind   map[string]uint64 // Messages by kind name ("request", "reply", ...); kinds never sent are absent
+}
+
+// add adds o's counts into s.
+func (s *Stats) add(o Stats) {
+	s.Entries += o.Entries
+	s.Messages += o.Messages
+	if len(o.ByKind) > 0 && s.ByKind == nil {
+		s.ByKind = make(map[string]uint64, len(o.ByKind))
+	}
+	for k, v := range o.ByKind {
+		s.ByKind[k] += v
+	}
+}
+
+// Sub returns the counts that s has beyond an earlier snapshot old: what
+// happened between the two.
+func (s Stats) Sub(old Stats) Stats {
+	d := Stats{Entries: s.Entries - old.Entries, Messages: s.Messages - old.Messages}
+	for k, v := range s.ByKind {
+		if v -= old.ByKind[k]; v != 0 {
+			if d.ByKind == nil {
+				d.ByKind = make(map[string]uint64)
+			}
+			d.ByKind[k] = v
+		}
+	}
+	return d
+}
+
+// String formats s as "entries=3 messages=12 (reply=6 request=6)".
+func (s Stats) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "entries=%d messages=%d", s.Entries, s.Messages)
+	if len(s.ByKind) > 0 {
+		b.WriteString(" (")
+		for i, k := range sortedKeys(s.ByKind) {
+			if i > 0 {
+				b.WriteByte(' ')
+			}
+			fmt.Fprintf(&b, "%s=%d", k, s.ByKind[k])
+		}
+		b.WriteByte(')')
+	}
+	return b.String()
+}
+
+func sortedKeys(m map[string]uint64) []string {
+	keys := make([]string, 0, len(m))
+	for k := range maps.Keys(m) {
+		keys = append(keys, k)
+	}
+	for i := 1; i < len(keys); i++ { // insertion sort: a handful of keys
+		for j := i; j > 0 && keys[j] < keys[j-1]; j-- {
+			keys[j], keys[j-1] = keys[j-1], keys[j]
+		}
+	}
+	return keys
+}
+
+// A Cluster is n peers of one algorithm in this process, each a goroutine,
+// connected by an in-memory transport that keeps per-pair FIFO order.
+// Its methods are safe for concurrent use. After Close, every peer is
+// closed (see Peer.Close).
+type Cluster struct {
+	alg     Algorithm
+	net     *ChanNetwork
+	peers   []*Peer
+	lockers []Locker
+}
+
+// New starts a cluster of n peers, ids 0 to n-1, running alg over a fresh
+// in-memory network. Invalid n or options give an error wrapping
+// ErrInvalidConfig.
+func New(alg Algorithm, n int, opts ...Option) (*Cluster, error) {
+	cfg, err := newConfig(alg, n, forCluster, opts)
+	if err != nil {
+		return nil, err
+	}
+	c := &Cluster{alg: alg, net: NewChanNetwork(n)}
+	for i := range n {
+		m, err := cfg.newMachine(alg, i, n)
+		if err != nil {
+			c.Close()
+			return nil, err
+		}
+		p := startPeer(alg, i, n, m, c.net.Endpoint(i))
+		c.peers = append(c.peers, p)
+		c.lockers = append(c.lockers, p)
+	}
+	return c, nil
+}
+
+// NewRicartAgrawala starts n Ricart-Agrawala peers; see RicartAgrawala.
+func NewRicartAgrawala(n int, opts ...Option) (*Cluster, error) {
+	return New(RicartAgrawala, n, opts...)
+}
+
+// NewLamport starts n Lamport peers; see Lamport.
+func NewLamport(n int, opts ...Option) (*Cluster, error) {
+	return New(Lamport, n, opts...)
+}
+
+// NewCentralized starts n peers of which peer 0 coordinates; see
+// Centralized.
+func NewCentralized(n int, opts ...Option) (*Cluster, error) {
+	return New(Centralized, n, opts...)
+}
+
+// Algorithm returns the algorithm the cluster runs.
+func (c *Cluster) Algorithm() Algorithm { return c.alg }
+
+// Len returns the number of peers.
+func (c *Cluster) Len() int { return len(c.peers) }
+
+// Peers returns every peer; index i is peer i. The slice is the caller's.
+func (c *Cluster) Peers() []Locker { return append([]Locker(nil), c.lockers...) }
+
+// Peer returns peer i. It panics if i is not in [0, n), as indexing a
+// slice would.
+func (c *Cluster) Peer(i int) Locker {
+	if i < 0 || i >= len(c.lockers) {
+		panic(fmt.Sprintf("dmutex: peer %d out of range [0, %d)", i, len(c.lockers)))
+	}
+	return c.lockers[i]
+}
+
+// Network returns the in-memory network that connects the peers, for
+// tests and experiments that inject faults.
+func (c *Cluster) Network() *ChanNetwork { return c.net }
+
+// Stats returns the totals over all peers.
+func (c *Cluster) Stats() Stats {
+	var s Stats
+	for _, p := range c.peers {
+		s.add(p.Stats())
+	}
+	return s
+}
+
+// Close closes every peer and returns after all their goroutines have
+// exited. A second call is harmless and returns nil.
+func (c *Cluster) Close() error {
+	var errs []error
+	for _, p := range c.peers {
+		errs = append(errs, p.Close())
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,324 @@
+package dmutex
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestSafetyUnderContention(t *testing.T) {
+	for _, v := range variants() {
+		for _, n := range []int{1, 2, 3, 8, 32} {
+			t.Run(v.name+"/n="+strconv.Itoa(n), func(t *testing.T) {
+				rounds := 30
+				if n >= 32 {
+					rounds = 4
+				}
+				if testing.Short() {
+					rounds = 2
+				}
+				hammer(t, v.cluster(t, n), 3, rounds, 30*time.Second)
+			})
+		}
+	}
+}
+
+// TestSequentialCounts takes the lock on one peer at a time and checks each
+// entry's messages against the algorithm's closed form.
+func TestSequentialCounts(t *testing.T) {
+	tests := []struct {
+		v    variant
+		want func(n, id int) map[string]uint64
+	}{
+		{variant{name: "ricart-agrawala", alg: RicartAgrawala}, func(n, _ int) map[string]uint64 {
+			return map[string]uint64{"request": uint64(n - 1), "reply": uint64(n - 1)}
+		}},
+		{variant{name: "ricart-agrawala-implicit", alg: RicartAgrawala, opts: []Option{WithImplicitReplies()}}, func(n, _ int) map[string]uint64 {
+			return map[string]uint64{"request": uint64(n - 1), "reply": uint64(n - 1)}
+		}},
+		{variant{name: "lamport", alg: Lamport}, func(n, _ int) map[string]uint64 {
+			return map[string]uint64{"request": uint64(n - 1), "reply": uint64(n - 1), "release": uint64(n - 1)}
+		}},
+		{variant{name: "centralized", alg: Centralized}, func(_, id int) map[string]uint64 {
+			if id == 0 {
+				return map[string]uint64{}
+			}
+			return map[string]uint64{"request": 1, "grant": 1, "release": 1}
+		}},
+	}
+	for _, tt := range tests {
+		for _, n := range []int{1, 2, 3, 5, 8} {
+			t.Run(tt.v.name+"/n="+strconv.Itoa(n), func(t *testing.T) {
+				c := tt.v.cluster(t, n)
+				for round := range 2 {
+					for id := range n {
+						before := c.Stats()
+						p := c.Peer(id)
+						lockWithin(t, p, 10*time.Second)
+						p.Unlock()
+						got := c.Stats().Sub(before)
+						want := tt.want(n, id)
+						if n == 1 {
+							want = map[string]uint64{}
+						}
+						var total uint64
+						for _, v := range want {
+							total += v
+						}
+						assert.Equal(t, uint64(1), got.Entries, "round %d peer %d", round, id)
+						assert.Equal(t, total, got.Messages, "round %d peer %d", round, id)
+						assert.Equal(t, want, nonNil(got.ByKind), "round %d peer %d", round, id)
+					}
+				}
+			})
+		}
+	}
+}
+
+func nonNil(m map[string]uint64) map[string]uint64 {
+	if m == nil {
+		return map[string]uint64{}
+	}
+	return m
+}
+
+// TestLocalQueue has several goroutines lock one peer: each gets an entry
+// of its own, and they never overlap.
+func TestLocalQueue(t *testing.T) {
+	for _, v := range variants() {
+		t.Run(v.name, func(t *testing.T) {
+			c := v.cluster(t, 3)
+			var g guard
+			var wg sync.WaitGroup
+			errs := make(chan error, 8)
+			for range 8 {
+				wg.Go(func() {
+					p := c.Peer(1)
+					for range 20 {
+						p.Lock()
+						if err := g.enter(1); err != nil {
+							errs <- err
+						}
+						g.leave()
+						p.Unlock()
+					}
+				})
+			}
+			wg.Wait()
+			close(errs)
+			for err := range errs {
+				require.NoError(t, err)
+			}
+			assert.Equal(t, uint64(160), c.Peer(1).Stats().Entries)
+		})
+	}
+}
+
+// TestCancellationStorm gives up thousands of LockContext calls at random
+// short deadlines under contention, then checks every peer can still lock:
+// no grant, reply or token was lost on the way.
+func TestCancellationStorm(t *testing.T) {
+	calls := 400
+	if testing.Short() {
+		calls = 100
+	}
+	for _, v := range variants() {
+		t.Run(v.name, func(t *testing.T) {
+			const n = 5
+			c := v.cluster(t, n)
+			var wg sync.WaitGroup
+			var g guard
+			errs := make(chan error, n*2)
+			for i := range n * 2 {
+				wg.Go(func() {
+					p := c.Peer(i % n)
+					rng := rand.New(rand.NewPCG(uint64(i), 1))
+					for range calls / 2 {
+						d := time.Duration(rng.IntN(200)) * time.Microsecond
+						ctx, cancel := context.WithTimeout(context.Background(), d)
+						err := p.LockContext(ctx)
+						cancel()
+						if err == nil {
+							if err := g.enter(p.ID()); err != nil {
+								errs <- err
+							}
+							g.leave()
+							p.Unlock()
+						} else if !errors.Is(err, context.DeadlineExceeded) {
+							errs <- err
+						}
+					}
+				})
+			}
+			wg.Wait()
+			close(errs)
+			for err := range errs {
+				require.NoError(t, err)
+			}
+			for _, p := range c.Peers() {
+				lockWithin(t, p, 10*time.Second)
+				p.Unlock()
+			}
+		})
+	}
+}
+
+func TestLockContextExpiredBeforeCall(t *testing.T) {
+	c := variant{alg: RicartAgrawala}.cluster(t, 3)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	require.ErrorIs(t, c.Peer(0).LockContext(ctx), context.Canceled)
+	assert.Zero(t, c.Stats().Messages, "a call whose context had already ended must send nothing")
+}
+
+func TestLockContextGivesUpWhileOtherHolds(t *testing.T) {
+	for _, v := range variants() {
+		t.Run(v.name, func(t *testing.T) {
+			c := v.cluster(t, 3)
+			lockWithin(t, c.Peer(0), 5*time.Second)
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+			defer cancel()
+			require.ErrorIs(t, c.Peer(1).LockContext(ctx), context.DeadlineExceeded)
+			assert.Zero(t, c.Peer(1).Fence(), "a peer that gave up holds nothing")
+			c.Peer(0).Unlock()
+			// Peer 1's withdrawn request completes internally; then both
+			// others can still lock.
+			for _, id := range []int{2, 1} {
+				lockWithin(t, c.Peer(id), 5*time.Second)
+				c.Peer(id).Unlock()
+			}
+		})
+	}
+}
+
+func TestBadInput(t *testing.T) {
+	tests := []struct {
+		name    string
+		alg     Algorithm
+		n       int
+		opts    []Option
+		wantMsg string
+	}{
+		{"zero peers", RicartAgrawala, 0, nil, "n = 0"},
+		{"negative peers", Lamport, -3, nil, "n = -3"},
+		{"too many peers", Centralized, MaxPeers + 1, nil, "n = 4097"},
+		{"implicit replies on lamport", Lamport, 3, []Option{WithImplicitReplies()}, "WithImplicitReplies does not apply to lamport"},
+		{"implicit replies on centralized", Centralized, 3, []Option{WithImplicitReplies()}, "WithImplicitReplies does not apply to centralized"},
+		{"zero option", RicartAgrawala, 3, []Option{{}}, "zero Option"},
+		{"unknown algorithm", Algorithm(99), 3, nil, "unknown algorithm 99"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, err := New(tt.alg, tt.n, tt.opts...)
+			require.ErrorIs(t, err, ErrInvalidConfig)
+			assert.Contains(t, err.Error(), tt.wantMsg)
+			assert.Nil(t, c)
+		})
+	}
+}
+
+func TestParseAlgorithm(t *testing.T) {
+	for _, a := range Algorithms() {
+		got, err := ParseAlgorithm(a.String())
+		require.NoError(t, err)
+		assert.Equal(t, a, got)
+	}
+	_, err := ParseAlgorithm("paxos")
+	require.ErrorIs(t, err, ErrInvalidConfig)
+	assert.Contains(t, err.Error(), `"paxos"`)
+}
+
+func TestNewPeerBadInput(t *testing.T) {
+	nw := NewChanNetwork(3)
+	_, err := NewPeer(RicartAgrawala, 3, 3, nw.Endpoint(0))
+	require.ErrorIs(t, err, ErrInvalidConfig)
+	assert.Contains(t, err.Error(), "peer id 3")
+	_, err = NewPeer(RicartAgrawala, 0, 3, nil)
+	require.ErrorIs(t, err, ErrInvalidConfig)
+}
+
+func TestUnlockWhenNotHeldPanics(t *testing.T) {
+	for _, v := range variants() {
+		t.Run(v.name, func(t *testing.T) {
+			c := v.cluster(t, 2)
+			require.PanicsWithValue(t, "dmutex: unlock of unlocked mutex", c.Peer(1).Unlock)
+			lockWithin(t, c.Peer(1), 5*time.Second)
+			c.Peer(1).Unlock()
+			require.PanicsWithValue(t, "dmutex: unlock of unlocked mutex", c.Peer(1).Unlock)
+		})
+	}
+}
+
+func TestPeerOutOfRangePanics(t *testing.T) {
+	c := variant{alg: Centralized}.cluster(t, 2)
+	require.PanicsWithValue(t, "dmutex: peer 2 out of range [0, 2)", func() { c.Peer(2) })
+}
+
+func TestCloseLifecycle(t *testing.T) {
+	for _, v := range variants() {
+		t.Run(v.name, func(t *testing.T) {
+			c, err := New(v.alg, 3, v.opts...)
+			require.NoError(t, err)
+
+			// A Lock blocked behind a holder is released by Close.
+			lockWithin(t, c.Peer(0), 5*time.Second)
+			blocked := make(chan error, 1)
+			go func() { blocked <- c.Peer(1).LockContext(context.Background()) }()
+			time.Sleep(10 * time.Millisecond)
+
+			require.NoError(t, c.Close())
+			select {
+			case err := <-blocked:
+				require.ErrorIs(t, err, ErrClosed)
+			case <-time.After(5 * time.Second):
+				t.Fatal("LockContext blocked across Close")
+			}
+			require.NoError(t, c.Close(), "a second Close is harmless")
+			c.Peer(0).Unlock() // the hold from before Close can still be dropped
+
+			require.ErrorIs(t, c.Peer(2).LockContext(context.Background()), ErrClosed)
+			require.PanicsWithError(t, ErrClosed.Error(), c.Peer(2).Lock)
+		})
+	}
+}
+
+func TestFencesIncreaseInEntryOrder(t *testing.T) {
+	for _, v := range variants() {
+		t.Run(v.name, func(t *testing.T) {
+			c := v.cluster(t, 4)
+			var mu sync.Mutex
+			var fences []uint64
+			var wg sync.WaitGroup
+			for _, p := range c.Peers() {
+				wg.Go(func() {
+					for range 25 {
+						p.Lock()
+						f := p.Fence()
+						mu.Lock() // under the distributed lock: appended in entry order
+						fences = append(fences, f)
+						mu.Unlock()
+						p.Unlock()
+					}
+				})
+			}
+			wg.Wait()
+			require.Len(t, fences, 100)
+			for i := 1; i < len(fences); i++ {
+				require.Greater(t, fences[i], fences[i-1], "entry %d", i)
+			}
+		})
+	}
+}
+
+func TestStatsString(t *testing.T) {
+	s := Stats{Entries: 2, Messages: 5, ByKind: map[string]uint64{"request": 3, "grant": 2}}
+	assert.Equal(t, "entries=2 messages=5 (grant=2 request=3)", s.String())
+	assert.Equal(t, "entries=0 messages=0", Stats{}.String())
+}

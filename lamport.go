@@ -1,0 +1,89 @@
+package dmutex
+
+// lamport is Lamport's mutual exclusion algorithm.
+//
+// Lamport, "Time, clocks, and the ordering of events in a distributed
+// system", CACM 21(7), 1978. Every message carries the sender's clock in
+// TS; a REQUEST's TS is the request's timestamp.
+type lamport struct {
+	id, n int
+
+	clock   uint64
+	queue   []uint64 // queue[j]: timestamp of j's request in our queue, 0 if none
+	last    []uint64 // last[j]: timestamp of the latest message received from j
+	wanting bool     // our request is queued and we are not inside yet
+	held    bool
+	ts      uint64 // timestamp of our latest request
+}
+
+func newLamport(id, n int, _ *config) (machine, error) {
+	return &lamport{id: id, n: n, queue: make([]uint64, n), last: make([]uint64, n)}, nil
+}
+
+func (l *lamport) step(ev event, out *output) {
+	switch ev.kind {
+	case evRequest:
+		l.clock++
+		l.ts = l.clock
+		l.queue[l.id] = l.ts
+		l.wanting = true
+		out.broadcast(l.id, l.n, Message{Kind: KindRequest, TS: l.ts})
+	case evRelease:
+		l.held = false
+		l.queue[l.id] = 0
+		l.clock++
+		out.broadcast(l.id, l.n, Message{Kind: KindRelease, TS: l.clock})
+	case evMessage:
+		m := ev.msg
+		j := m.From
+		l.clock = max(l.clock, m.TS) + 1
+		l.last[j] = m.TS
+		switch m.Kind {
+		case KindRequest:
+			l.queue[j] = m.TS
+			out.send(Message{Kind: KindReply, From: l.id, To: j, TS: l.clock})
+		case KindRelease:
+			l.queue[j] = 0
+		}
+	}
+	l.check(out)
+}
+
+// check enters when our request heads the queue and every other peer has
+// sent us a message stamped later than it. The second rule is sound only
+// over FIFO channels: it means no older request from that peer can still
+// be on its way.
+func (l *lamport) check(out *output) {
+	if !l.wanting {
+		return
+	}
+	for j, t := range l.queue {
+		if j != l.id && t != 0 && before(t, j, l.ts, l.id) {
+			return
+		}
+		if j != l.id && l.last[j] <= l.ts {
+			return
+		}
+	}
+	l.wanting = false
+	l.held = true
+	out.enter()
+}
+
+func (l *lamport) requestTS() uint64 { return l.ts }
+
+func (l *lamport) clone() machine {
+	c := *l
+	c.queue = append([]uint64(nil), l.queue...)
+	c.last = append([]uint64(nil), l.last...)
+	return &c
+}
+
+func (l *lamport) appendState(b []byte) []byte {
+	b = appendUint(b, l.clock)
+	b = appendUints(b, l.queue)
+	b = appendUints(b, l.last)
+	b = appendBool(b, l.wanting)
+	b = appendBool(b, l.held)
+	return appendUint(b, l.ts)
+}

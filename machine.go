@@ -1,0 +1,210 @@
+package dmutex
+
+import (
+	"encoding/binary"
+	"fmt"
+)
+
+// A Kind names what a Message means to the protocol. Kinds are shared by
+// all algorithms; each algorithm uses the few its paper defines and ignores
+// the rest.
+type Kind uint8
+
+// Message kinds. Their String forms are the keys of Stats.ByKind.
+const (
+	KindRequest    Kind = iota + 1 // ask for permission or for the token
+	KindReply                      // permission (Lamport, Ricart-Agrawala)
+	KindRelease                    // the sender left the critical section
+	KindGrant                      // the coordinator's permission (centralized)
+	KindToken                      // the token itself (Suzuki-Kasami, token ring)
+	KindPrivilege                  // Raymond's name for the token
+	KindLocked                     // a Maekawa voter's vote
+	KindInquire                    // a Maekawa voter asks for its vote back
+	KindFailed                     // a Maekawa voter says the request cannot win now
+	KindRelinquish                 // a Maekawa requester gives a vote back
+	numKinds                       // one past the last kind
+)
+
+var kindNames = [numKinds]string{
+	KindRequest:    "request",
+	KindReply:      "reply",
+	KindRelease:    "release",
+	KindGrant:      "grant",
+	KindToken:      "token",
+	KindPrivilege:  "privilege",
+	KindLocked:     "locked",
+	KindInquire:    "inquire",
+	KindFailed:     "failed",
+	KindRelinquish: "relinquish",
+}
+
+// String returns the kind's lower-case name, such as "request".
+func (k Kind) String() string {
+	if k.Valid() {
+		return kindNames[k]
+	}
+	return fmt.Sprintf("kind(%d)", uint8(k))
+}
+
+// Valid reports whether k is one of the kinds defined above.
+func (k Kind) Valid() bool { return k > 0 && k < numKinds }
+
+// A Message is what one peer sends another. It is a plain value: a
+// Transport may copy it, serialize it, or hold it as long as it likes.
+//
+// Which fields mean what depends on the algorithm; each algorithm's doc
+// comment says. TS is a Lamport timestamp or a request number, and Ref names
+// the request a message answers, so that a stale answer can be told apart.
+type Message struct {
+	Kind  Kind
+	From  int    // sender's peer id
+	To    int    // receiver's peer id
+	TS    uint64 // sender's timestamp or request number
+	Ref   uint64 // timestamp of the request this message concerns, if any
+	Fence uint64 // highest fencing token the sender has seen; set by the runtime
+	Token *Token // the token, on messages that carry one with data; else nil
+}
+
+// A Token is the data a Suzuki-Kasami token carries. Ownership moves with
+// the message: the sender never touches it again.
+type Token struct {
+	LN    []uint64 // LN[j]: number of peer j's last satisfied request
+	Queue []int    // peers waiting for the token, in FIFO order
+}
+
+func (t *Token) clone() *Token {
+	if t == nil {
+		return nil
+	}
+	return &Token{
+		LN:    append([]uint64(nil), t.LN...),
+		Queue: append([]int(nil), t.Queue...),
+	}
+}
+
+// A machine is one peer's algorithm as a pure, synchronous state machine.
+// It has no goroutines, channels, locks, clocks or I/O: step applies one
+// event and appends what that event causes to out. The same machine runs
+// under the goroutine runtime (peer.go), the simulator and the model
+// checker, and a given state with a given event always gives the same
+// output.
+//
+// The driver guarantees the local events come in a sane order: evRequest
+// only when the peer is neither waiting nor inside, evRelease only after
+// the machine entered. Messages may arrive at any time.
+type machine interface {
+	step(ev event, out *output)
+
+	// clone returns a deep copy that shares no memory with the receiver.
+	clone() machine
+
+	// appendState appends a canonical encoding of the state to b: two
+	// machines of one algorithm encode equally exactly when they would
+	// behave the same from now on.
+	appendState(b []byte) []byte
+}
+
+// tokenHolder is implemented by machines of token algorithms, so that the
+// simulator and model checker can count tokens: exactly one must exist,
+// held by a machine or in flight.
+type tokenHolder interface {
+	hasToken() bool
+}
+
+// timestamped is implemented by machines that promise entries in
+// (timestamp, id) order; requestTS is the timestamp of the peer's latest
+// request.
+type timestamped interface {
+	requestTS() uint64
+}
+
+type eventKind uint8
+
+const (
+	evRequest eventKind = iota + 1 // the local user wants the critical section
+	evRelease                      // the local user leaves the critical section
+	evMessage                      // msg arrived from another peer
+)
+
+// An event is one input to a machine.
+type event struct {
+	kind eventKind
+	msg  Message // for evMessage
+}
+
+// output collects what one step caused. The driver owns it and reuses it,
+// so a step on the hot path allocates nothing.
+type output struct {
+	msgs    []Message
+	entered bool
+}
+
+func (o *output) reset() {
+	clear(o.msgs) // drop Token pointers so they can be collected
+	o.msgs = o.msgs[:0]
+	o.entered = false
+}
+
+func (o *output) send(m Message) { o.msgs = append(o.msgs, m) }
+
+// enter records that the machine has entered the critical section.
+func (o *output) enter() {
+	if o.entered {
+		panic("dmutex: machine entered twice in one step")
+	}
+	o.entered = true
+}
+
+// broadcast sends a copy of m, from id, to every other peer of n.
+func (o *output) broadcast(id, n int, m Message) {
+	m.From = id
+	for j := 0; j < n; j++ {
+		if j != id {
+			m.To = j
+			o.send(m)
+		}
+	}
+}
+
+// before reports whether request (ts1, id1) has priority over (ts2, id2):
+// the older timestamp wins, and the smaller id breaks a tie.
+func before(ts1 uint64, id1 int, ts2 uint64, id2 int) bool {
+	return ts1 < ts2 || (ts1 == ts2 && id1 < id2)
+}
+
+// State encoding helpers for appendState.
+
+func appendUint(b []byte, v uint64) []byte { return binary.AppendUvarint(b, v) }
+
+func appendInt(b []byte, v int) []byte { return binary.AppendVarint(b, int64(v)) }
+
+func appendBool(b []byte, v bool) []byte {
+	if v {
+		return append(b, 1)
+	}
+	return append(b, 0)
+}
+
+func appendUints(b []byte, vs []uint64) []byte {
+	b = appendInt(b, len(vs))
+	for _, v := range vs {
+		b = appendUint(b, v)
+	}
+	return b
+}
+
+func appendInts(b []byte, vs []int) []byte {
+	b = appendInt(b, len(vs))
+	for _, v := range vs {
+		b = appendInt(b, v)
+	}
+	return b
+}
+
+func appendBools(b []byte, vs []bool) []byte {
+	b = appendInt(b, len(vs))
+	for _, v := range vs {
+		b = appendBool(b, v)
+	}
+	return b
+}

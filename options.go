@@ -1,0 +1,109 @@
+package dmutex
+
+import (
+	"fmt"
+	"slices"
+)
+
+// An Option configures a cluster, a single peer or a simulation. Every
+// constructor takes the same Option type; an option that means nothing to
+// the algorithm or to the constructor it is given to is an error wrapping
+// ErrInvalidConfig, never silently ignored. The zero Option is invalid.
+type Option struct {
+	name  string
+	algs  []Algorithm // algorithms it applies to; nil means all
+	where scope       // constructors it applies to
+	apply func(*config) error
+}
+
+// scope is a set of constructor families.
+type scope uint8
+
+const (
+	forCluster    scope = 1 << iota // New, NewRicartAgrawala, ...
+	forPeer                         // NewPeer
+	forSimulation                   // the simulator and model checker
+	forAll        = forCluster | forPeer | forSimulation
+)
+
+func (s scope) String() string {
+	switch s {
+	case forCluster:
+		return "a cluster"
+	case forPeer:
+		return "NewPeer"
+	case forSimulation:
+		return "a simulation"
+	}
+	return "this constructor"
+}
+
+// config is the result of applying options. Fields are added by the
+// options that set them.
+type config struct {
+	alg Algorithm
+	n   int
+
+	implicitReplies bool // Ricart-Agrawala: WithImplicitReplies
+
+	// mutant switches on a deliberately broken variant of the algorithm,
+	// for tests that show the checkers catch it. Empty in real use.
+	mutant string
+}
+
+// newConfig validates n and applies opts for a constructor of kind where.
+func newConfig(alg Algorithm, n int, where scope, opts []Option) (*config, error) {
+	if !alg.valid() {
+		return nil, fmt.Errorf("%w: unknown algorithm %d", ErrInvalidConfig, int(alg))
+	}
+	if algorithms[alg].build == nil {
+		return nil, fmt.Errorf("%w: algorithm %v is not available yet", ErrInvalidConfig, alg)
+	}
+	if n < 1 || n > MaxPeers {
+		return nil, fmt.Errorf("%w: n = %d peers, want 1 to %d", ErrInvalidConfig, n, MaxPeers)
+	}
+	cfg := &config{alg: alg, n: n}
+	for i, o := range opts {
+		if o.apply == nil {
+			return nil, fmt.Errorf("%w: option %d is the zero Option", ErrInvalidConfig, i)
+		}
+		if o.where&where == 0 {
+			return nil, fmt.Errorf("%w: option %s does not apply to %v", ErrInvalidConfig, o.name, where)
+		}
+		if o.algs != nil && !slices.Contains(o.algs, alg) {
+			return nil, fmt.Errorf("%w: option %s does not apply to %v", ErrInvalidConfig, o.name, alg)
+		}
+		if err := o.apply(cfg); err != nil {
+			return nil, err
+		}
+	}
+	return cfg, nil
+}
+
+// newMachine builds peer id's machine.
+func (c *config) newMachine(alg Algorithm, id, n int) (machine, error) {
+	return algorithms[alg].build(id, n, c)
+}
+
+// WithImplicitReplies switches Ricart-Agrawala to its implicit-reply
+// variant: a waiting peer does not answer a request of higher priority,
+// because its own request, which that peer holds, already says it will
+// wait. With k concurrent contenders only one reply flows per pair of
+// contenders. It applies to RicartAgrawala only.
+func WithImplicitReplies() Option {
+	return Option{
+		name:  "WithImplicitReplies",
+		algs:  []Algorithm{RicartAgrawala},
+		where: forAll,
+		apply: func(c *config) error { c.implicitReplies = true; return nil },
+	}
+}
+
+// withMutant switches on a deliberately broken variant (test use only).
+func withMutant(name string) Option {
+	return Option{
+		name:  "withMutant",
+		where: forAll,
+		apply: func(c *config) error { c.mutant = name; return nil },
+	}
+}

@@ -1,0 +1,292 @@
+package dmutex
+
+import (
+	"context"
+	"fmt"
+	"sync"
+)
+
+// A Peer runs one algorithm machine for one peer id: it turns Lock and
+// Unlock calls and the messages its Transport receives into events for the
+// machine, and hands the machine's messages to the Transport.
+//
+// A Peer is safe for concurrent use. Its machine is stepped under the
+// peer's mutex, by the goroutine that calls Lock or Unlock when no message
+// has to be waited for, and by the peer's receive goroutine otherwise.
+// Callers of Lock on one peer queue in FIFO order; each gets an entry of
+// its own. After Close, LockContext returns ErrClosed and Lock panics with
+// it.
+type Peer struct {
+	id  int
+	n   int
+	alg Algorithm
+	tr  Transport
+
+	mu        sync.Mutex
+	m         machine
+	out       output    // reused step output
+	held      bool      // a caller of Lock is in the critical section
+	requested bool      // the machine has a request outstanding
+	waiters   []*waiter // callers blocked in Lock, oldest first
+	fence     uint64    // highest fencing token seen
+	holdFence uint64    // fencing token of the current hold
+	closed    bool
+	entries   uint64
+	sent      [numKinds]uint64
+
+	done chan struct{} // closed by Close
+	wg   sync.WaitGroup
+}
+
+// A waiter is one blocked Lock call. ch receives once, when the caller has
+// been given the critical section; a waiter given up is no longer in the
+// queue, so it can never be signalled.
+type waiter struct{ ch chan struct{} }
+
+var waiterPool = sync.Pool{New: func() any { return &waiter{ch: make(chan struct{}, 1)} }}
+
+// NewPeer starts one peer of a distributed cluster: peer id of n, running
+// alg and talking through tr, which the peer owns from now on and closes
+// in Close. Every peer of the cluster must be given the same algorithm, n
+// and options. NewPeer is for peers in separate processes; New builds a
+// whole cluster in one process.
+func NewPeer(alg Algorithm, id, n int, tr Transport, opts ...Option) (*Peer, error) {
+	cfg, err := newConfig(alg, n, forPeer, opts)
+	if err != nil {
+		return nil, err
+	}
+	if id < 0 || id >= n {
+		return nil, fmt.Errorf("%w: peer id %d out of range [0, %d)", ErrInvalidConfig, id, n)
+	}
+	if tr == nil {
+		return nil, fmt.Errorf("%w: nil Transport", ErrInvalidConfig)
+	}
+	m, err := cfg.newMachine(alg, id, n)
+	if err != nil {
+		return nil, err
+	}
+	return startPeer(alg, id, n, m, tr), nil
+}
+
+func startPeer(alg Algorithm, id, n int, m machine, tr Transport) *Peer {
+	p := &Peer{id: id, n: n, alg: alg, tr: tr, m: m, done: make(chan struct{})}
+	p.wg.Add(1)
+	go p.receive(tr.Recv())
+	return p
+}
+
+// ID returns the peer's id.
+func (p *Peer) ID() int { return p.id }
+
+// Lock blocks until this peer is in the critical section. On a closed peer
+// it panics with ErrClosed rather than block forever.
+func (p *Peer) Lock() {
+	if err := p.LockContext(context.Background()); err != nil {
+		panic(err)
+	}
+}
+
+// LockContext blocks until this peer is in the critical section, ctx ends,
+// or the peer is closed. See Locker.
+func (p *Peer) LockContext(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return ErrClosed
+	}
+	if !p.held && !p.requested && len(p.waiters) == 0 {
+		// Fast path: a machine that can enter at once (an idle token
+		// holder, a lone peer) does so on this goroutine.
+		p.requested = true
+		if p.stepLocked(event{kind: evRequest}) {
+			p.takeLocked()
+			p.mu.Unlock()
+			return nil
+		}
+	}
+	w := waiterPool.Get().(*waiter)
+	p.waiters = append(p.waiters, w)
+	p.mu.Unlock()
+
+	select {
+	case <-w.ch:
+		waiterPool.Put(w)
+		return nil
+	case <-ctx.Done():
+		return p.abandon(w, ctx.Err())
+	case <-p.done:
+		return p.abandon(w, ErrClosed)
+	}
+}
+
+// abandon withdraws waiter w, which gives up with err. If w was given the
+// critical section in the meantime, the caller holds it and abandon
+// returns nil, as DialContext returns a connection that completed. A
+// request the machine already sent stays outstanding; when it is granted
+// with nobody waiting, the peer leaves at once (see admitLocked).
+func (p *Peer) abandon(w *waiter, err error) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for i, x := range p.waiters {
+		if x == w {
+			p.waiters = append(p.waiters[:i], p.waiters[i+1:]...)
+			p.waiters[len(p.waiters) : len(p.waiters)+1][0] = nil
+			waiterPool.Put(w)
+			return err
+		}
+	}
+	// Not queued any more: admitLocked chose w and signalled it.
+	<-w.ch
+	waiterPool.Put(w)
+	if p.closed {
+		p.held = false
+		return err
+	}
+	return nil
+}
+
+// Unlock leaves the critical section. It panics if the peer is not in it,
+// as sync.Mutex does. Unlock on a closed peer that held the lock only
+// clears the hold.
+func (p *Peer) Unlock() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.held {
+		panic("dmutex: unlock of unlocked mutex")
+	}
+	p.held = false
+	p.holdFence = 0
+	if !p.closed {
+		p.releaseLocked()
+	}
+}
+
+// Fence returns the fencing token of the current hold, or 0.
+func (p *Peer) Fence() uint64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.holdFence
+}
+
+// Stats returns this peer's counts.
+func (p *Peer) Stats() Stats {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	s := Stats{Entries: p.entries}
+	for k, v := range p.sent {
+		if v != 0 {
+			if s.ByKind == nil {
+				s.ByKind = make(map[string]uint64)
+			}
+			s.ByKind[Kind(k).String()] = v
+			s.Messages += v
+		}
+	}
+	return s
+}
+
+// Close stops the peer: blocked and later LockContext calls return
+// ErrClosed, the transport is closed, and Close returns after the peer's
+// goroutine has exited. A second call is harmless and returns nil.
+func (p *Peer) Close() error {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return nil
+	}
+	p.closed = true
+	close(p.done)
+	p.mu.Unlock()
+	err := p.tr.Close()
+	p.wg.Wait()
+	return err
+}
+
+// receive feeds the transport's messages to the machine until Close.
+func (p *Peer) receive(in <-chan Message) {
+	defer p.wg.Done()
+	for {
+		select {
+		case m, ok := <-in:
+			if !ok {
+				return
+			}
+			p.deliver(m)
+		case <-p.done:
+			return
+		}
+	}
+}
+
+func (p *Peer) deliver(m Message) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed || !m.Kind.Valid() || m.To != p.id || m.From < 0 || m.From >= p.n || m.From == p.id {
+		return // a transport must not deliver such a message; drop it
+	}
+	p.fence = max(p.fence, m.Fence)
+	if p.stepLocked(event{kind: evMessage, msg: m}) {
+		p.admitLocked()
+	}
+}
+
+// stepLocked applies ev to the machine, hands the resulting messages to the
+// transport, and reports whether the machine entered the critical section.
+func (p *Peer) stepLocked(ev event) bool {
+	p.out.reset()
+	p.m.step(ev, &p.out)
+	for i := range p.out.msgs {
+		m := &p.out.msgs[i]
+		m.Fence = p.fence
+		if p.tr.Send(m.To, *m) == nil {
+			p.sent[m.Kind]++
+		}
+	}
+	return p.out.entered
+}
+
+// takeLocked records that the machine entered for a caller of Lock.
+func (p *Peer) takeLocked() {
+	if p.held {
+		panic(fmt.Sprintf("dmutex: %v peer %d entered while already inside", p.alg, p.id))
+	}
+	p.requested = false
+	p.held = true
+	p.fence++
+	p.holdFence = p.fence
+	p.entries++
+}
+
+// admitLocked hands the critical section, which the machine has just
+// entered, to the oldest waiting caller. If every caller gave up, the
+// peer leaves again at once, which completes the withdrawn request.
+func (p *Peer) admitLocked() {
+	if len(p.waiters) == 0 {
+		p.requested = false
+		p.fence++ // an entry all the same: fences stay ordered with entries
+		p.releaseLocked()
+		return
+	}
+	w := p.waiters[0]
+	p.waiters[0] = nil
+	p.waiters = p.waiters[1:]
+	p.takeLocked()
+	w.ch <- struct{}{} // buffered; never blocks
+}
+
+// releaseLocked tells the machine the peer left, then asks again for the
+// next waiting caller, if any.
+func (p *Peer) releaseLocked() {
+	if p.stepLocked(event{kind: evRelease}) {
+		panic(fmt.Sprintf("dmutex: %v peer %d entered on release", p.alg, p.id))
+	}
+	if len(p.waiters) > 0 {
+		p.requested = true
+		if p.stepLocked(event{kind: evRequest}) {
+			p.admitLocked()
+		}
+	}
+}

@@ -1,0 +1,126 @@
+package dmutex
+
+// ricart is Ricart-Agrawala's algorithm, optionally with implicit replies.
+//
+// Ricart and Agrawala, "An optimal algorithm for mutual exclusion in
+// computer networks", CACM 24(1), 1981. Messages: REQUEST carries the
+// request's timestamp in TS; REPLY carries, in Ref, the timestamp of the
+// request it answers, so that a reply can never count for a later request.
+type ricart struct {
+	id, n    int
+	implicit bool // WithImplicitReplies
+	tieReply bool // mutant "tie-reply": reply instead of deferring on a timestamp tie
+
+	clock    uint64 // Lamport clock: highest timestamp seen
+	state    raState
+	ts       uint64   // timestamp of the outstanding request
+	granted  []bool   // granted[j]: j's permission for ts is in
+	ngranted int      // how many are in
+	deferred []uint64 // deferred[j]: timestamp of j's request we owe a reply, 0 if none
+}
+
+type raState uint8
+
+const (
+	raReleased raState = iota
+	raWanted
+	raHeld
+)
+
+func newRicart(id, n int, cfg *config) (machine, error) {
+	return &ricart{
+		id:       id,
+		n:        n,
+		implicit: cfg.implicitReplies,
+		tieReply: cfg.mutant == "tie-reply",
+		granted:  make([]bool, n),
+		deferred: make([]uint64, n),
+	}, nil
+}
+
+func (r *ricart) step(ev event, out *output) {
+	switch ev.kind {
+	case evRequest:
+		r.clock++
+		r.ts = r.clock
+		r.state = raWanted
+		clear(r.granted)
+		r.ngranted = 0
+		out.broadcast(r.id, r.n, Message{Kind: KindRequest, TS: r.ts})
+		r.check(out)
+	case evRelease:
+		r.state = raReleased
+		for j, t := range r.deferred {
+			if t != 0 {
+				r.deferred[j] = 0
+				out.send(Message{Kind: KindReply, From: r.id, To: j, TS: r.clock, Ref: t})
+			}
+		}
+	case evMessage:
+		m := ev.msg
+		switch m.Kind {
+		case KindRequest:
+			r.onRequest(m, out)
+		case KindReply:
+			if r.state == raWanted && m.Ref == r.ts {
+				r.grant(m.From, out)
+			}
+		}
+	}
+}
+
+func (r *ricart) onRequest(m Message, out *output) {
+	j, t := m.From, m.TS
+	r.clock = max(r.clock, t)
+	mine := r.state == raHeld || (r.state == raWanted && before(r.ts, r.id, t, j))
+	if r.tieReply && r.state == raWanted && r.ts == t {
+		mine = false
+	}
+	switch {
+	case mine:
+		// We go first: defer the reply to our release. With implicit
+		// replies, j's request, older than nothing of ours, is also j's
+		// permission: j waits for our reply and sends none itself.
+		r.deferred[j] = t
+		if r.implicit && r.state == raWanted {
+			r.grant(j, out)
+		}
+	case r.implicit && r.state == raWanted:
+		// j goes first, and our own request, on its way to j or already
+		// there, is our permission for j: no reply.
+	default:
+		out.send(Message{Kind: KindReply, From: r.id, To: j, TS: r.clock, Ref: t})
+	}
+}
+
+func (r *ricart) grant(j int, out *output) {
+	if !r.granted[j] {
+		r.granted[j] = true
+		r.ngranted++
+		r.check(out)
+	}
+}
+
+func (r *ricart) check(out *output) {
+	if r.state == raWanted && r.ngranted == r.n-1 {
+		r.state = raHeld
+		out.enter()
+	}
+}
+
+func (r *ricart) requestTS() uint64 { return r.ts }
+
+func (r *ricart) clone() machine {
+	c := *r
+	c.granted = append([]bool(nil), r.granted...)
+	c.deferred = append([]uint64(nil), r.deferred...)
+	return &c
+}
+
+func (r *ricart) appendState(b []byte) []byte {
+	b = appendUint(b, r.clock)
+	b = append(b, byte(r.state))
+	b = appendUint(b, r.ts)
+	b = appendBools(b, r.granted)
+	return appendUints(b, r.deferred)
+}
