@@ -1,7 +1,25 @@
 package dmutex
 
-// centralized is the coordinator algorithm: peer 0 keeps the holder and a
-// FIFO queue of waiting peers, and every other peer asks it.
+// NewCentralized starts n peers of which peer 0 is the coordinator: it
+// keeps the current holder and a FIFO queue of waiting peers, and the
+// others ask it, as a lock server would be asked.
+//
+// Cost: 3 messages per entry by a peer other than the coordinator
+// (REQUEST, GRANT, RELEASE); none for the coordinator's own entries.
+// Synchronization delay: 2 messages (RELEASE, then GRANT). Channels: any
+// order will do: a peer's next request may overtake its release, and the
+// coordinator just queues it behind that release. Fairness: FIFO in the
+// order requests
+// reach the coordinator. Failures: the coordinator is a single point of
+// failure. If it crashes, no peer can enter again and the holder's release
+// is lost; if a holder crashes, the lock is never released. A lost message
+// blocks its requester, and a partition blocks every peer cut off from
+// peer 0 while the coordinator's side goes on.
+func NewCentralized(n int, opts ...Option) (*Cluster, error) {
+	return New(Centralized, n, opts...)
+}
+
+// centralized is the coordinator machine.
 type centralized struct {
 	id int
 

@@ -149,22 +149,6 @@ func New(alg Algorithm, n int, opts ...Option) (*Cluster, error) {
 	return c, nil
 }
 
-// NewRicartAgrawala starts n Ricart-Agrawala peers; see RicartAgrawala.
-func NewRicartAgrawala(n int, opts ...Option) (*Cluster, error) {
-	return New(RicartAgrawala, n, opts...)
-}
-
-// NewLamport starts n Lamport peers; see Lamport.
-func NewLamport(n int, opts ...Option) (*Cluster, error) {
-	return New(Lamport, n, opts...)
-}
-
-// NewCentralized starts n peers of which peer 0 coordinates; see
-// Centralized.
-func NewCentralized(n int, opts ...Option) (*Cluster, error) {
-	return New(Centralized, n, opts...)
-}
-
 // Algorithm returns the algorithm the cluster runs.
 func (c *Cluster) Algorithm() Algorithm { return c.alg }
 

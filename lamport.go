@@ -1,10 +1,33 @@
 package dmutex
 
-// lamport is Lamport's mutual exclusion algorithm.
-//
+// NewLamport starts n peers running the mutual exclusion algorithm of L.
 // Lamport, "Time, clocks, and the ordering of events in a distributed
-// system", CACM 21(7), 1978. Every message carries the sender's clock in
-// TS; a REQUEST's TS is the request's timestamp.
+// system", CACM 21(7), 1978.
+//
+// Every peer keeps a replica of one request queue ordered by (timestamp,
+// id). A requester stamps its request with its Lamport clock and sends it
+// to all; every receiver queues it and replies. A peer enters when its own
+// request heads its queue and it has received, from every other peer, a
+// message stamped later than its request. On leaving it broadcasts a
+// release, and every peer drops the request from its queue.
+//
+// Cost: 3(n-1) messages per entry (request, reply and release to each other
+// peer), whatever the contention. Channels: per-pair FIFO order is
+// required. The entry rule reads "a later message from j" as "no older
+// request from j is still on its way", which only FIFO channels guarantee;
+// over reordering channels two peers can enter at once (the model checker
+// shows the trace). The in-memory transport and the gRPC transport keep
+// per-pair FIFO order. Fairness: entries follow (timestamp, id) order.
+// Failures: assumes reliable peers and channels. A crashed peer stops
+// replying, so every later request blocks (LockContext returns at its
+// deadline); a lost message blocks its requester; a partition blocks both
+// sides. None of these lets two peers in at once.
+func NewLamport(n int, opts ...Option) (*Cluster, error) {
+	return New(Lamport, n, opts...)
+}
+
+// lamport is the Lamport machine. Every message carries the sender's clock
+// in TS; a REQUEST's TS is the request's timestamp.
 type lamport struct {
 	id, n int
 

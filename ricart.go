@@ -1,11 +1,42 @@
 package dmutex
 
-// ricart is Ricart-Agrawala's algorithm, optionally with implicit replies.
+// NewRicartAgrawala starts n peers running the algorithm of G. Ricart and
+// A. K. Agrawala, "An optimal algorithm for mutual exclusion in computer
+// networks", CACM 24(1), 1981.
 //
-// Ricart and Agrawala, "An optimal algorithm for mutual exclusion in
-// computer networks", CACM 24(1), 1981. Messages: REQUEST carries the
-// request's timestamp in TS; REPLY carries, in Ref, the timestamp of the
-// request it answers, so that a reply can never count for a later request.
+// A peer that wants the critical section stamps a request with its Lamport
+// clock and sends it to every other peer; it enters when all n-1 have
+// replied. A peer replies at once unless it is inside, or waiting with an
+// older request (ties broken by the smaller id): then it defers the reply
+// until it leaves, and that deferred reply is the release.
+//
+// Cost: 2(n-1) messages per entry (n-1 requests, n-1 replies), whatever
+// the contention; synchronization delay one message. Channels: safe
+// without FIFO order; every reply names, in Message.Ref, the request it
+// answers, so a late reply never counts for a later request. Fairness:
+// entries follow (timestamp, id) order, so no peer starves. Failures: the
+// algorithm assumes reliable peers and channels. A crashed peer never
+// replies, so every other peer blocks on its next request (LockContext
+// returns at its deadline); a lost request or reply blocks its requester
+// the same way; a partition blocks both sides. None of these lets two
+// peers in at once.
+//
+// WithImplicitReplies switches to the implicit-reply variant: a waiting
+// peer does not reply to an older request, because its own younger
+// request, which the older requester holds, already proves it will wait.
+// One entry alone still costs 2(n-1); k concurrent contenders cost
+// k(n-1) requests + k(k-1)/2 + k(n-k) replies, one reply per pair of
+// contenders instead of two. It is safe without FIFO order, but that exact
+// count assumes per-pair FIFO channels: a reply that overtakes its
+// sender's request can make the receiver, already done, answer that
+// request with a reply of its own.
+func NewRicartAgrawala(n int, opts ...Option) (*Cluster, error) {
+	return New(RicartAgrawala, n, opts...)
+}
+
+// ricart is the Ricart-Agrawala machine. Messages: REQUEST carries the
+// request's timestamp in TS; REPLY carries in Ref the timestamp of the
+// request it answers.
 type ricart struct {
 	id, n    int
 	implicit bool // WithImplicitReplies

@@ -1,0 +1,78 @@
+// Package dmutex implements the classical distributed mutual exclusion
+// algorithms behind one Locker interface, so that they can be embedded,
+// swapped and compared.
+//
+// A cluster is n peers, each a goroutine, that keep each other out of a
+// critical section by passing messages alone:
+//
+//	c, err := dmutex.NewRicartAgrawala(5)
+//	if err != nil { ... }
+//	defer c.Close()
+//	p := c.Peer(2)
+//	p.Lock()
+//	// critical section: no other peer of c is here
+//	p.Unlock()
+//	fmt.Println(c.Stats()) // every message, counted at the transport
+//
+// # The algorithms
+//
+// Permission-based algorithms ask the other peers, or some of them, for
+// permission; token-based ones pass a single token, and only its holder
+// may enter. Messages per entry, with one entry at a time (n peers, K a
+// Maekawa voting set's size):
+//
+//	algorithm                  kind        msgs per entry          channels      paper
+//	Centralized                permission  3 (0 at the coordinator) any           -
+//	Lamport                    permission  3(n-1)                  FIFO          CACM 1978
+//	RicartAgrawala             permission  2(n-1)                  any           CACM 1981
+//	  WithImplicitReplies      permission  2(n-1); k(n-1)+k(k-1)/2+k(n-k) for k contenders
+//	Maekawa                    permission  3(K-1), K ≈ √n          FIFO          ACM TOCS 1985
+//	SuzukiKasami               token       0 if held, else n       any           ACM TOCS 1985
+//	TokenRing                  token       1 hop at full load      any           -
+//	Raymond                    token       ≤ 2 × tree depth        any           ACM TOCS 1989
+//
+// Each constructor's doc comment states its paper, channel assumption,
+// message cost, fairness and failure behaviour.
+//
+// # Choosing one
+//
+// A centralized coordinator is the cheapest and the simplest, and the
+// coordinator is a single point of failure: that is what a lock server is.
+// Ricart-Agrawala is the classic fully distributed algorithm; Lamport's
+// costs a third more but shows the replicated-queue idea. Maekawa trades
+// messages for √n-sized quorums. Token algorithms cost nothing while the
+// token stays with one busy peer and pay to fetch it otherwise; Raymond's
+// tree makes fetching O(log n). None of them tolerates a crash: they
+// assume reliable peers and channels, and each blocks (none lets two
+// peers in) when a peer or a message is lost. See each constructor.
+//
+// # Architecture
+//
+// Each algorithm is a pure, synchronous state machine: an event goes in (a
+// local request, a local release, a message received) and messages to
+// send, and whether the peer entered, come out. Machines have no
+// goroutines, channels, clocks or I/O, so the same code runs under the
+// goroutine runtime (Peer), the deterministic simulator and the model
+// checker. A Peer steps its machine under its mutex, on the caller's
+// goroutine when the machine can enter at once (a peer that already holds
+// an idle token) and on its receive goroutine for messages. A Transport
+// carries messages between peers: ChanNetwork in memory, or a network
+// transport for peers in separate processes (see NewPeer).
+//
+// # Cancellation and closing
+//
+// LockContext gives up when its context ends, returning ctx.Err(). A
+// request already sent cannot be unsent, so the peer lets it complete: when
+// the permission or token arrives with nobody waiting, the peer enters and
+// leaves at once. No other peer waits forever for a caller that gave up.
+// Close stops a peer's goroutines; LockContext then returns ErrClosed, and
+// Lock panics with it rather than block forever.
+//
+// # Fencing
+//
+// A lock that the holder believes it has may already have passed on: the
+// holder may have stalled past a timeout that another system enforced.
+// Locker.Fence returns a number that strictly increases, across the whole
+// cluster, in the order of entries; pass it with every write to a store
+// that rejects numbers smaller than the largest it has seen.
+package dmutex
