@@ -29,10 +29,15 @@ type Transport interface {
 const mailboxSize = 16
 
 // A ChanNetwork connects n in-memory endpoints, one per peer, with
-// unbounded mailboxes that keep per-pair FIFO order. Its methods are safe
-// for concurrent use.
+// unbounded mailboxes that keep per-pair FIFO order. Faults (delay,
+// reordering, loss, crashes, partitions; see faults.go) can be injected
+// at any time. Its methods are safe for concurrent use.
 type ChanNetwork struct {
 	eps []*ChanEndpoint
+
+	faulty     atomic.Bool // set once faults exists; see faults.go
+	faultsOnce sync.Once
+	faults     *faultState
 }
 
 // NewChanNetwork returns a network of n endpoints, ids 0 to n-1.
@@ -82,6 +87,10 @@ func (e *ChanEndpoint) Send(to int, m Message) error {
 	}
 	if to < 0 || to >= len(e.net.eps) {
 		return fmt.Errorf("dmutex: send to peer %d out of range [0, %d)", to, len(e.net.eps))
+	}
+	if e.net.faulty.Load() {
+		e.net.faults.send(e.net, e.id, to, m)
+		return nil
 	}
 	e.net.eps[to].put(m)
 	return nil

@@ -136,6 +136,11 @@ func New(alg Algorithm, n int, opts ...Option) (*Cluster, error) {
 		return nil, err
 	}
 	c := &Cluster{alg: alg, net: NewChanNetwork(n)}
+	if cfg.faults != nil {
+		if err := c.net.SetFaults(*cfg.faults); err != nil {
+			return nil, err
+		}
+	}
 	for i := range n {
 		m, err := cfg.newMachine(alg, i, n)
 		if err != nil {
@@ -187,5 +192,6 @@ func (c *Cluster) Close() error {
 	for _, p := range c.peers {
 		errs = append(errs, p.Close())
 	}
+	errs = append(errs, c.net.Close())
 	return errors.Join(errs...)
 }

@@ -2,8 +2,6 @@ package dmutex
 
 import (
 	"context"
-	"errors"
-	"math/rand/v2"
 	"strconv"
 	"sync"
 	"testing"
@@ -131,37 +129,8 @@ func TestCancellationStorm(t *testing.T) {
 	}
 	for _, v := range variants() {
 		t.Run(v.name, func(t *testing.T) {
-			const n = 5
-			c := v.cluster(t, n)
-			var wg sync.WaitGroup
-			var g guard
-			errs := make(chan error, n*2)
-			for i := range n * 2 {
-				wg.Go(func() {
-					p := c.Peer(i % n)
-					rng := rand.New(rand.NewPCG(uint64(i), 1))
-					for range calls / 2 {
-						d := time.Duration(rng.IntN(200)) * time.Microsecond
-						ctx, cancel := context.WithTimeout(context.Background(), d)
-						err := p.LockContext(ctx)
-						cancel()
-						if err == nil {
-							if err := g.enter(p.ID()); err != nil {
-								errs <- err
-							}
-							g.leave()
-							p.Unlock()
-						} else if !errors.Is(err, context.DeadlineExceeded) {
-							errs <- err
-						}
-					}
-				})
-			}
-			wg.Wait()
-			close(errs)
-			for err := range errs {
-				require.NoError(t, err)
-			}
+			c := v.cluster(t, 5)
+			cancellationStorm(t, c, calls, 1)
 			for _, p := range c.Peers() {
 				lockWithin(t, p, 10*time.Second)
 				p.Unlock()

@@ -2,8 +2,11 @@ package dmutex
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"math/rand/v2"
 	"runtime"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -103,4 +106,42 @@ func lockWithin(t *testing.T, p Locker, limit time.Duration) {
 	ctx, cancel := context.WithTimeout(context.Background(), limit)
 	defer cancel()
 	require.NoError(t, p.LockContext(ctx), "peer %d could not lock within %v", p.ID(), limit)
+}
+
+// cancellationStorm has two goroutines per peer make calls LockContext
+// calls in all, each with a seeded random deadline under 200µs, entering
+// around a guard whenever one succeeds.
+func cancellationStorm(t *testing.T, c *Cluster, calls int, seed uint64) {
+	t.Helper()
+	n := c.Len()
+	var wg sync.WaitGroup
+	var g guard
+	errs := make(chan error, 2*n)
+	for i := range 2 * n {
+		wg.Go(func() {
+			p := c.Peer(i % n)
+			rng := rand.New(rand.NewPCG(seed, uint64(i)))
+			for range calls / (2 * n) {
+				d := time.Duration(rng.IntN(200)) * time.Microsecond
+				ctx, cancel := context.WithTimeout(context.Background(), d)
+				err := p.LockContext(ctx)
+				cancel()
+				switch {
+				case err == nil:
+					if err := g.enter(p.ID()); err != nil {
+						errs <- err
+					}
+					g.leave()
+					p.Unlock()
+				case !errors.Is(err, context.DeadlineExceeded):
+					errs <- err
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
 }

@@ -44,7 +44,8 @@ type config struct {
 	alg Algorithm
 	n   int
 
-	implicitReplies bool // Ricart-Agrawala: WithImplicitReplies
+	implicitReplies bool    // Ricart-Agrawala: WithImplicitReplies
+	faults          *Faults // WithFaults
 
 	// mutant switches on a deliberately broken variant of the algorithm,
 	// for tests that show the checkers catch it. Empty in real use.
