@@ -54,10 +54,10 @@ var (
 	}}
 )
 
-// lose drops the next message of kind k.
-func lose(k Kind) scenario {
-	return scenario{"lost-" + k.String(), func(t *testing.T, c *Cluster) {
-		c.Network().DropNext(k, 1)
+// lose drops the next message of kind k from peer from to peer to.
+func lose(k Kind, from, to int) scenario {
+	return scenario{fmt.Sprintf("lost-%v-%d-to-%d", k, from, to), func(t *testing.T, c *Cluster) {
+		c.Network().DropNext(1, func(m Message) bool { return m.Kind == k && m.From == from && m.To == to })
 	}}
 }
 
@@ -72,22 +72,25 @@ var failureSemantics = []struct {
 }{
 	{"centralized", crashIdle, []probe{{0, proceeds}, {1, proceeds}, {2, proceeds}}},
 	{"centralized", crashHolder, []probe{{1, blocks}, {2, blocks}}},
-	{"centralized", lose(KindGrant), []probe{{1, blocks}, {2, blocks}}},
+	{"centralized", lose(KindGrant, 0, 1), []probe{{1, blocks}, {2, blocks}}},
 	{"centralized", partition, []probe{{0, proceeds}, {1, proceeds}, {2, blocks}, {3, blocks}}},
 
 	{"lamport", crashIdle, []probe{{0, blocks}, {1, blocks}}},
 	{"lamport", crashHolder, []probe{{1, blocks}, {2, blocks}}},
-	{"lamport", lose(KindReply), []probe{{1, blocks}, {2, blocks}}},
+	// A later message from the same peer masks a lost reply: peer 0's own
+	// request, stamped later, tells peer 1 what the reply would have.
+	{"lamport", lose(KindReply, 0, 1), []probe{{1, blocks}, {2, blocks}, {0, proceeds}}},
 	{"lamport", partition, []probe{{0, blocks}, {2, blocks}}},
 
 	{"ricart-agrawala", crashIdle, []probe{{0, blocks}, {1, blocks}}},
 	{"ricart-agrawala", crashHolder, []probe{{1, blocks}, {2, blocks}}},
-	{"ricart-agrawala", lose(KindReply), []probe{{1, blocks}, {2, blocks}}},
+	{"ricart-agrawala", lose(KindReply, 0, 1), []probe{{1, blocks}, {2, blocks}, {0, blocks}}},
 	{"ricart-agrawala", partition, []probe{{0, blocks}, {2, blocks}}},
 
 	{"ricart-agrawala-implicit", crashIdle, []probe{{0, blocks}, {1, blocks}}},
 	{"ricart-agrawala-implicit", crashHolder, []probe{{1, blocks}, {2, blocks}}},
-	{"ricart-agrawala-implicit", lose(KindReply), []probe{{1, blocks}, {2, blocks}}},
+	// Here too: peer 0's younger request is its implicit permission.
+	{"ricart-agrawala-implicit", lose(KindReply, 0, 1), []probe{{1, blocks}, {2, blocks}, {0, proceeds}}},
 	{"ricart-agrawala-implicit", partition, []probe{{0, blocks}, {2, blocks}}},
 }
 

@@ -57,13 +57,13 @@ func WithFaults(f Faults) Option {
 // a fault has been set, so a fault-free network pays one atomic load per
 // message.
 type faultState struct {
-	mu       sync.Mutex
-	f        Faults
-	rng      *rand.Rand
-	dropNext map[Kind]int
-	crashed  map[int]bool
-	group    []int // group[i]: partition group of peer i; nil when whole
-	dropped  uint64
+	mu      sync.Mutex
+	f       Faults
+	rng     *rand.Rand
+	drops   []dropRule
+	crashed map[int]bool
+	group   []int // group[i]: partition group of peer i; nil when whole
+	dropped uint64
 
 	// Delayed delivery: one goroutine delivers from a heap in time order.
 	pending  delayHeap
@@ -91,11 +91,19 @@ func (nw *ChanNetwork) SetFaults(f Faults) error {
 	return nil
 }
 
-// DropNext makes the network lose the next count messages of kind k.
-func (nw *ChanNetwork) DropNext(k Kind, count int) {
+// A dropRule loses the next count messages that match.
+type dropRule struct {
+	count int
+	match func(Message) bool
+}
+
+// DropNext makes the network lose the next count messages for which match
+// returns true, such as the next reply from peer 0 to peer 1. match runs
+// under the network's lock and must not call into the network.
+func (nw *ChanNetwork) DropNext(count int, match func(m Message) bool) {
 	fs := nw.faultState()
 	fs.mu.Lock()
-	fs.dropNext[k] += count
+	fs.drops = append(fs.drops, dropRule{count: count, match: match})
 	fs.mu.Unlock()
 }
 
@@ -186,12 +194,11 @@ func (nw *ChanNetwork) Close() error {
 func (nw *ChanNetwork) faultState() *faultState {
 	nw.faultsOnce.Do(func() {
 		nw.faults = &faultState{
-			rng:      rand.New(rand.NewPCG(0, 0x9e3779b97f4a7c15)),
-			dropNext: make(map[Kind]int),
-			crashed:  make(map[int]bool),
-			last:     make(map[[2]int]time.Time),
-			wake:     make(chan struct{}, 1),
-			stop:     make(chan struct{}),
+			rng:     rand.New(rand.NewPCG(0, 0x9e3779b97f4a7c15)),
+			crashed: make(map[int]bool),
+			last:    make(map[[2]int]time.Time),
+			wake:    make(chan struct{}, 1),
+			stop:    make(chan struct{}),
 		}
 		nw.faulty.Store(true)
 	})
@@ -206,10 +213,12 @@ func (fs *faultState) send(nw *ChanNetwork, from, to int, m Message) {
 		fs.dropped++
 		return
 	}
-	if fs.dropNext[m.Kind] > 0 {
-		fs.dropNext[m.Kind]--
-		fs.dropped++
-		return
+	for i := range fs.drops {
+		if r := &fs.drops[i]; r.count > 0 && r.match(m) {
+			r.count--
+			fs.dropped++
+			return
+		}
 	}
 	if fs.f.Loss > 0 && fs.rng.Float64() < fs.f.Loss {
 		fs.dropped++

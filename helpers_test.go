@@ -145,3 +145,29 @@ func cancellationStorm(t *testing.T, c *Cluster, calls int, seed uint64) {
 		require.NoError(t, err)
 	}
 }
+
+// waitQuiet waits until every message the peers sent has been delivered
+// and handled, so that counts read afterwards are final. It assumes a
+// network that loses nothing.
+func waitQuiet(t *testing.T, c *Cluster) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var sent, delivered uint64
+		for _, p := range c.peers {
+			p.mu.Lock()
+			for _, v := range p.sent {
+				sent += v
+			}
+			delivered += p.delivered
+			p.mu.Unlock()
+		}
+		if sent == delivered {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("network not quiet after 10s: %d sent, %d delivered", sent, delivered)
+		}
+		time.Sleep(50 * time.Microsecond)
+	}
+}

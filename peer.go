@@ -33,6 +33,7 @@ type Peer struct {
 	closed    bool
 	entries   uint64
 	sent      [numKinds]uint64
+	delivered uint64 // messages stepped; with sent, tells tests when the network is quiet
 
 	done chan struct{} // closed by Close
 	wg   sync.WaitGroup
@@ -227,6 +228,7 @@ func (p *Peer) deliver(m Message) {
 	if p.closed || !m.Kind.Valid() || m.To != p.id || m.From < 0 || m.From >= p.n || m.From == p.id {
 		return // a transport must not deliver such a message; drop it
 	}
+	p.delivered++
 	p.fence = max(p.fence, m.Fence)
 	if p.stepLocked(event{kind: evMessage, msg: m}) {
 		p.admitLocked()
