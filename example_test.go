@@ -127,3 +127,58 @@ func ExampleLocker_Fence() {
 	// peer 0 fence 2
 	// peer 1 fence 3
 }
+
+// Peers in separate processes are built one at a time with NewPeer, each
+// with its own Transport. Here the transport is in memory; the
+// grpctransport package carries the same messages over a network.
+func ExampleNewPeer() {
+	nw := dmutex.NewChanNetwork(3)
+	var peers []*dmutex.Peer
+	for id := range 3 {
+		p, err := dmutex.NewPeer(dmutex.RicartAgrawala, id, 3, nw.Endpoint(id))
+		if err != nil {
+			fmt.Println(err)
+			return
+		}
+		peers = append(peers, p)
+	}
+	peers[2].Lock()
+	fmt.Println("peer 2 inside, fence", peers[2].Fence())
+	peers[2].Unlock()
+	for _, p := range peers {
+		p.Close()
+	}
+	fmt.Println(peers[2].Stats())
+	// Output:
+	// peer 2 inside, fence 1
+	// entries=1 messages=2 (request=2)
+}
+
+// A partition cuts the cluster in two. The centralized algorithm goes on
+// where the coordinator is, and blocks elsewhere; none lets two peers in.
+func ExampleChanNetwork_Partition() {
+	c, err := dmutex.NewCentralized(4)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer c.Close()
+	if err := c.Network().Partition([]int{0, 1}, []int{2, 3}); err != nil {
+		fmt.Println(err)
+		return
+	}
+	for _, id := range []int{1, 3} {
+		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+		err := c.Peer(id).LockContext(ctx)
+		cancel()
+		if err == nil {
+			fmt.Printf("peer %d entered\n", id)
+			c.Peer(id).Unlock()
+		} else {
+			fmt.Printf("peer %d: %v\n", id, err)
+		}
+	}
+	// Output:
+	// peer 1 entered
+	// peer 3: context deadline exceeded
+}
