@@ -123,52 +123,86 @@ func freeAddrs(t testing.TB, n int) []string {
 	return addrs
 }
 
-// checkLog checks the shared file of a run of n peers with entries each:
-// begin and end lines alternate with nothing in between, each entry of
-// each peer appears exactly once, and fencing tokens increase.
+// checkLog checks the shared file of a run of n peers with entries each;
+// see verifyLog.
 func checkLog(t *testing.T, path string, n, entries int) {
 	t.Helper()
-	f, err := os.Open(path)
+	b, err := os.ReadFile(path)
 	require.NoError(t, err)
-	defer func() { require.NoError(t, f.Close()) }()
+	require.NoError(t, verifyLog(string(b), n, entries))
+}
+
+// verifyLog checks a shared file's text: begin and end lines alternate
+// with nothing in between, each entry of each peer appears exactly once,
+// and fencing tokens increase.
+func verifyLog(text string, n, entries int) error {
 	seen := map[[2]int]bool{}
 	var fence uint64
 	var open *[3]uint64 // the entry begun and not yet ended
-	sc := bufio.NewScanner(f)
+	sc := bufio.NewScanner(strings.NewReader(text))
 	line := 0
 	for sc.Scan() {
 		line++
 		var word string
 		var id, k int
 		var fc uint64
-		_, err := fmt.Sscanf(sc.Text(), "%s %d %d %d", &word, &id, &k, &fc)
-		require.NoError(t, err, "line %d: %q", line, sc.Text())
-		switch word {
-		case "begin":
-			require.Nil(t, open, "line %d: peer %d begins entry %d while peer %d is inside", line, id, k, openID(open))
-			require.False(t, seen[[2]int{id, k}], "line %d: entry %d of peer %d twice", line, k, id)
-			require.Greater(t, fc, fence, "line %d: fencing token does not increase", line)
+		if _, err := fmt.Sscanf(sc.Text(), "%s %d %d %d", &word, &id, &k, &fc); err != nil {
+			return fmt.Errorf("line %d: %q: %v", line, sc.Text(), err)
+		}
+		cur := [3]uint64{uint64(id), uint64(k), fc}
+		switch {
+		case word == "begin" && open != nil:
+			return fmt.Errorf("line %d: peer %d begins entry %d while peer %d is inside", line, id, k, open[0])
+		case word == "begin" && seen[[2]int{id, k}]:
+			return fmt.Errorf("line %d: entry %d of peer %d twice", line, k, id)
+		case word == "begin" && fc <= fence:
+			return fmt.Errorf("line %d: fencing token %d after %d", line, fc, fence)
+		case word == "begin":
 			seen[[2]int{id, k}] = true
 			fence = fc
-			open = &[3]uint64{uint64(id), uint64(k), fc}
-		case "end":
-			require.NotNil(t, open, "line %d: end without begin", line)
-			require.Equal(t, *open, [3]uint64{uint64(id), uint64(k), fc}, "line %d: ends another entry", line)
+			open = &cur
+		case word == "end" && (open == nil || *open != cur):
+			return fmt.Errorf("line %d: end of an entry that is not the one inside", line)
+		case word == "end":
 			open = nil
 		default:
-			require.Failf(t, "bad line", "line %d: %q", line, sc.Text())
+			return fmt.Errorf("line %d: %q", line, sc.Text())
 		}
 	}
-	require.NoError(t, sc.Err())
-	require.Nil(t, open, "the last entry never ended")
-	require.Len(t, seen, n*entries)
+	if open != nil {
+		return fmt.Errorf("entry %d of peer %d never ended", open[1], open[0])
+	}
+	if len(seen) != n*entries {
+		return fmt.Errorf("%d entries, want %d", len(seen), n*entries)
+	}
+	return nil
 }
 
-func openID(open *[3]uint64) int {
-	if open == nil {
-		return -1
+func TestVerifyLog(t *testing.T) {
+	tests := []struct {
+		name string
+		text string
+		want string // "" for a good log
+	}{
+		{"good", "begin 0 0 1\nend 0 0 1\nbegin 1 0 2\nend 1 0 2\n", ""},
+		{"interleaved", "begin 0 0 1\nbegin 1 0 2\nend 0 0 1\nend 1 0 2\n", "while peer 0 is inside"},
+		{"missing entry", "begin 0 0 1\nend 0 0 1\n", "1 entries, want 2"},
+		{"entry twice", "begin 0 0 1\nend 0 0 1\nbegin 0 0 2\nend 0 0 2\n", "twice"},
+		{"fence goes back", "begin 0 0 2\nend 0 0 2\nbegin 1 0 1\nend 1 0 1\n", "fencing token 1 after 2"},
+		{"end of another entry", "begin 0 0 1\nend 1 0 1\n", "not the one inside"},
+		{"never ended", "begin 0 0 1\nend 0 0 1\nbegin 1 0 2\n", "never ended"},
+		{"garbage", "begin 0 0 1\nhello\n", "line 2"},
 	}
-	return int(open[0])
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := verifyLog(tt.text, 2, 1)
+			if tt.want == "" {
+				require.NoError(t, err)
+				return
+			}
+			require.ErrorContains(t, err, tt.want)
+		})
+	}
 }
 
 // build compiles dmutexpeer into dir.
