@@ -34,6 +34,9 @@ func listeners(t testing.TB, n int) ([]net.Listener, []string) {
 // fastRetry keeps reconnection quick in tests.
 var fastRetry = WithBackoff(10*time.Millisecond, 100*time.Millisecond)
 
+// quiet drops the log records of tests that do not look at them.
+var quiet = WithLogger(slog.New(slog.DiscardHandler))
+
 // startTransports starts n transports on free loopback ports; extra(id)
 // gives peer id's options beyond a listener and fast retries. They are
 // closed at the end of the test, if the test has not closed them.
@@ -42,7 +45,7 @@ func startTransports(t testing.TB, n int, extra func(id int) []Option) []*Transp
 	ls, addrs := listeners(t, n)
 	trs := make([]*Transport, n)
 	for i := range trs {
-		opts := append([]Option{WithListener(ls[i]), fastRetry}, extra(i)...)
+		opts := append([]Option{WithListener(ls[i]), fastRetry, quiet}, extra(i)...)
 		tr, err := New(i, addrs, opts...)
 		require.NoError(t, err)
 		trs[i] = tr

@@ -39,7 +39,7 @@ func startPeers(t testing.TB, alg dmutex.Algorithm, n int) ([]*dmutex.Peer, []*T
 	peers := make([]*dmutex.Peer, n)
 	trs := make([]*Transport, n)
 	for i := range n {
-		tr, err := New(i, addrs, WithListener(ls[i]), Insecure(), fastRetry)
+		tr, err := New(i, addrs, WithListener(ls[i]), Insecure(), fastRetry, quiet)
 		require.NoError(t, err)
 		p, err := dmutex.NewPeer(alg, i, n, tr)
 		if err != nil {

@@ -197,7 +197,7 @@ func TestServerIdentity(t *testing.T) {
 	fake, err := New(2, addrs, WithListener(ls[0]), WithTLS(ca.config(t, PeerName(2))), fastRetry, WithLogger(logs.logger()))
 	require.NoError(t, err)
 	defer func() { require.NoError(t, fake.Close()) }()
-	tr1, err := New(1, addrs, WithListener(ls[1]), WithTLS(ca.config(t, PeerName(1))), fastRetry)
+	tr1, err := New(1, addrs, WithListener(ls[1]), WithTLS(ca.config(t, PeerName(1))), fastRetry, quiet)
 	require.NoError(t, err)
 	defer func() { require.NoError(t, tr1.Close()) }()
 	require.NoError(t, ls[2].Close())

@@ -54,8 +54,9 @@ const gracePeriod = 2 * time.Second
 // old process had not acknowledged, and it is up to the operator to
 // restart the whole cluster.
 //
-// A Transport is safe for concurrent use. After Close, Send returns
-// dmutex.ErrClosed and the channel from Recv is closed.
+// The zero Transport is not usable; New makes one. A Transport is safe for
+// concurrent use. After Close, Send returns dmutex.ErrClosed, Barrier
+// returns dmutex.ErrClosed, and the channel from Recv is closed.
 type Transport struct {
 	id, n int
 	addrs []string

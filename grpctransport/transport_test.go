@@ -168,10 +168,10 @@ func TestReconnectAfterBrokenConnection(t *testing.T) {
 	ls, addrs := listeners(t, 2)
 	px := newProxy(t, addrs[0])
 	peer1addrs := []string{px.addr(), addrs[1]}
-	tr0, err := New(0, addrs, WithListener(ls[0]), Insecure(), fastRetry)
+	tr0, err := New(0, addrs, WithListener(ls[0]), Insecure(), fastRetry, quiet)
 	require.NoError(t, err)
 	defer func() { require.NoError(t, tr0.Close()) }()
-	tr1, err := New(1, peer1addrs, WithListener(ls[1]), Insecure(), fastRetry)
+	tr1, err := New(1, peer1addrs, WithListener(ls[1]), Insecure(), fastRetry, quiet)
 	require.NoError(t, err)
 	defer func() { require.NoError(t, tr1.Close()) }()
 
@@ -197,10 +197,10 @@ func TestReconnectAfterBrokenConnection(t *testing.T) {
 // the same address: what peer 0 sent in between arrives, in order.
 func TestRestartedReceiver(t *testing.T) {
 	ls, addrs := listeners(t, 2)
-	tr0, err := New(0, addrs, WithListener(ls[0]), Insecure(), fastRetry)
+	tr0, err := New(0, addrs, WithListener(ls[0]), Insecure(), fastRetry, quiet)
 	require.NoError(t, err)
 	defer func() { require.NoError(t, tr0.Close()) }()
-	tr1, err := New(1, addrs, WithListener(ls[1]), Insecure(), fastRetry)
+	tr1, err := New(1, addrs, WithListener(ls[1]), Insecure(), fastRetry, quiet)
 	require.NoError(t, err)
 
 	for ts := uint64(1); ts <= 10; ts++ {
@@ -215,7 +215,7 @@ func TestRestartedReceiver(t *testing.T) {
 	}
 	l, err := net.Listen("tcp", addrs[1])
 	require.NoError(t, err)
-	tr1, err = New(1, addrs, WithListener(l), Insecure(), fastRetry)
+	tr1, err = New(1, addrs, WithListener(l), Insecure(), fastRetry, quiet)
 	require.NoError(t, err)
 	defer func() { require.NoError(t, tr1.Close()) }()
 	got := receive(t, tr1, 10, 10*time.Second)
@@ -263,7 +263,7 @@ func TestMalformedFrames(t *testing.T) {
 	tr0, err := New(0, addrs, WithListener(ls[0]), Insecure(), fastRetry, WithMaxFrameSize(1024), WithLogger(logs.logger()))
 	require.NoError(t, err)
 	defer func() { require.NoError(t, tr0.Close()) }()
-	tr1, err := New(1, addrs, WithListener(ls[1]), Insecure(), fastRetry)
+	tr1, err := New(1, addrs, WithListener(ls[1]), Insecure(), fastRetry, quiet)
 	require.NoError(t, err)
 	defer func() { require.NoError(t, tr1.Close()) }()
 
