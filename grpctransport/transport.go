@@ -415,10 +415,6 @@ func (t *Transport) session(o *outbox) (err error) {
 		if e := <-acks; err == nil {
 			err = e
 		}
-		o.mu.Lock()
-		o.up = false
-		o.mu.Unlock()
-		t.changed()
 	}()
 
 	var batch []*wirepb.Frame
@@ -481,7 +477,6 @@ func (t *Transport) readAcks(stream wirepb.Link_ConnectClient, o *outbox) error 
 		clear(o.queue[:k])
 		o.queue = o.queue[k:]
 		o.acked = a.GetSeq()
-		o.up = true
 		o.mu.Unlock()
 		t.changed()
 	}

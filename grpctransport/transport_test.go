@@ -224,6 +224,33 @@ func TestRestartedReceiver(t *testing.T) {
 	}
 }
 
+// TestRestartedSender closes peer 1 and starts a new process of it: the
+// new process numbers its frames from 1 again, and peer 0 delivers them
+// rather than take them for repeats of the old process's frames.
+func TestRestartedSender(t *testing.T) {
+	ls, addrs := listeners(t, 2)
+	tr0, err := New(0, addrs, WithListener(ls[0]), Insecure(), fastRetry, quiet)
+	require.NoError(t, err)
+	defer func() { require.NoError(t, tr0.Close()) }()
+	tr1, err := New(1, addrs, WithListener(ls[1]), Insecure(), fastRetry, quiet)
+	require.NoError(t, err)
+	for ts := uint64(1); ts <= 5; ts++ {
+		require.NoError(t, tr1.Send(0, msg(1, 0, ts)))
+	}
+	requireInOrder(t, receive(t, tr0, 5, 10*time.Second), []int{1}, 5)
+	require.NoError(t, tr1.Close())
+
+	l, err := net.Listen("tcp", addrs[1])
+	require.NoError(t, err)
+	tr1, err = New(1, addrs, WithListener(l), Insecure(), fastRetry, quiet)
+	require.NoError(t, err)
+	defer func() { require.NoError(t, tr1.Close()) }()
+	for ts := uint64(1); ts <= 3; ts++ {
+		require.NoError(t, tr1.Send(0, msg(1, 0, ts)))
+	}
+	requireInOrder(t, receive(t, tr0, 3, 10*time.Second), []int{1}, 3)
+}
+
 // unacked returns how many frames for peer to wait for acknowledgement.
 func (t *Transport) unacked(to int) int {
 	o := t.out[to]

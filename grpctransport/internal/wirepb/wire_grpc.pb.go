@@ -39,7 +39,9 @@ const (
 type LinkClient interface {
 	// Connect is opened by the sender. The receiver closes it with
 	// PERMISSION_DENIED if the Hello's claimed identity does not match the
-	// authenticated one, and with INVALID_ARGUMENT on a malformed frame.
+	// authenticated one, with INVALID_ARGUMENT on a frame that decodes but
+	// breaks these rules, and with INTERNAL on one that does not decode or
+	// is larger than the receiver's limit.
 	Connect(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[Frame, Ack], error)
 }
 
@@ -72,7 +74,9 @@ type Link_ConnectClient = grpc.BidiStreamingClient[Frame, Ack]
 type LinkServer interface {
 	// Connect is opened by the sender. The receiver closes it with
 	// PERMISSION_DENIED if the Hello's claimed identity does not match the
-	// authenticated one, and with INVALID_ARGUMENT on a malformed frame.
+	// authenticated one, with INVALID_ARGUMENT on a frame that decodes but
+	// breaks these rules, and with INTERNAL on one that does not decode or
+	// is larger than the receiver's limit.
 	Connect(grpc.BidiStreamingServer[Frame, Ack]) error
 	mustEmbedUnimplementedLinkServer()
 }
