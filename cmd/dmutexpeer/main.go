@@ -1,0 +1,222 @@
+// Command dmutexpeer runs one peer of a dmutex cluster in its own process,
+// over the gRPC transport, and takes the lock a given number of times.
+// Each entry appends a begin and an end line to a log file that all peers
+// share, so that a checker can see whether two entries ever overlapped.
+//
+// Usage:
+//
+//	dmutexpeer -id 0 -peers 127.0.0.1:7000,127.0.0.1:7001,127.0.0.1:7002 \
+//		-alg ricart-agrawala -entries 100 -log shared.log -insecure
+//
+// With mutual TLS, give -cert, -key and -ca instead of -insecure; peer i's
+// certificate must carry the DNS name peer-i.
+//
+// Every peer waits until all are reachable before its first entry, and
+// after its last entry keeps serving the others until all have finished.
+// At exit it prints its message counts. It exits with status 1 on an
+// error and 2 on bad flags.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/dmutex/dmutex"
+	"github.com/dmutex/dmutex/grpctransport"
+)
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// config is the parsed command line.
+type config struct {
+	id       int
+	addrs    []string
+	alg      dmutex.Algorithm
+	entries  int
+	logPath  string
+	tls      bool
+	cert     string
+	key      string
+	ca       string
+	hold     time.Duration
+	timeout  time.Duration
+	logLevel slog.Level
+}
+
+// errUsage marks errors in the command line.
+var errUsage = errors.New("usage")
+
+func parse(args []string, stderr io.Writer) (*config, error) {
+	fs := flag.NewFlagSet("dmutexpeer", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var c config
+	var peers, alg string
+	var insecure, verbose bool
+	fs.IntVar(&c.id, "id", -1, "this peer's id, 0 to n-1 (required)")
+	fs.StringVar(&peers, "peers", "", "host:port of every peer, comma-separated, in id order (required)")
+	fs.StringVar(&alg, "alg", "ricart-agrawala", "algorithm: "+algNames())
+	fs.IntVar(&c.entries, "entries", 100, "critical-section entries to make")
+	fs.StringVar(&c.logPath, "log", "", "file shared by all peers to append begin and end lines to (required)")
+	fs.StringVar(&c.cert, "cert", "", "PEM certificate of this peer, naming it peer-<id> (mutual TLS)")
+	fs.StringVar(&c.key, "key", "", "PEM private key of -cert")
+	fs.StringVar(&c.ca, "ca", "", "PEM certificate of the authority that signed every peer's certificate")
+	fs.BoolVar(&insecure, "insecure", false, "run without TLS: no encryption, and peers' ids are not checked")
+	fs.DurationVar(&c.hold, "hold", 0, "time to stay in the critical section on each entry")
+	fs.DurationVar(&c.timeout, "timeout", 5*time.Minute, "give up if the whole run takes longer")
+	fs.BoolVar(&verbose, "v", false, "log reconnections and other transport events")
+	fs.Usage = func() {
+		fmt.Fprintln(fs.Output(), "Usage: dmutexpeer -id ID -peers ADDR,ADDR,... -log FILE (-insecure | -cert F -key F -ca F) [flags]")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return nil, err // flag has printed the error and the usage
+	}
+	bad := func(format string, a ...any) (*config, error) {
+		fmt.Fprintf(stderr, "dmutexpeer: "+format+"\n", a...)
+		fs.Usage()
+		return nil, errUsage
+	}
+	if fs.NArg() > 0 {
+		return bad("unexpected arguments %q", fs.Args())
+	}
+	if peers == "" {
+		return bad("-peers is required")
+	}
+	c.addrs = strings.Split(peers, ",")
+	if c.id < 0 || c.id >= len(c.addrs) {
+		return bad("-id %d is not one of the %d peers", c.id, len(c.addrs))
+	}
+	a, err := dmutex.ParseAlgorithm(alg)
+	if err != nil {
+		return bad("-alg: %v", err)
+	}
+	c.alg = a
+	if c.entries < 0 {
+		return bad("-entries %d is negative", c.entries)
+	}
+	if c.logPath == "" {
+		return bad("-log is required")
+	}
+	files := c.cert != "" || c.key != "" || c.ca != ""
+	switch {
+	case insecure && files:
+		return bad("-insecure and TLS files are exclusive")
+	case !insecure && (c.cert == "" || c.key == "" || c.ca == ""):
+		return bad("give -cert, -key and -ca for mutual TLS, or -insecure")
+	}
+	c.tls = !insecure
+	if c.hold < 0 || c.timeout <= 0 {
+		return bad("-hold must not be negative and -timeout must be positive")
+	}
+	c.logLevel = slog.LevelError
+	if verbose {
+		c.logLevel = slog.LevelDebug
+	}
+	return &c, nil
+}
+
+func algNames() string {
+	var names []string
+	for _, a := range dmutex.Algorithms() {
+		names = append(names, a.String())
+	}
+	return strings.Join(names, ", ")
+}
+
+func run(args []string, stdout, stderr io.Writer) int {
+	c, err := parse(args, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	ctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	if err := c.run(ctx, stdout, stderr); err != nil {
+		fmt.Fprintf(stderr, "dmutexpeer: peer %d: %v\n", c.id, err)
+		return 1
+	}
+	return 0
+}
+
+func (c *config) run(ctx context.Context, stdout, stderr io.Writer) (err error) {
+	log, err := os.OpenFile(c.logPath, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	if err != nil {
+		return err
+	}
+	defer func() { err = errors.Join(err, log.Close()) }()
+
+	opts := []grpctransport.Option{
+		grpctransport.WithLogger(slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: c.logLevel}))),
+	}
+	if c.tls {
+		cfg, err := grpctransport.LoadTLSConfig(c.cert, c.key, c.ca)
+		if err != nil {
+			return err
+		}
+		opts = append(opts, grpctransport.WithTLS(cfg))
+	} else {
+		opts = append(opts, grpctransport.Insecure())
+	}
+	tr, err := grpctransport.New(c.id, c.addrs, opts...)
+	if err != nil {
+		return err
+	}
+	p, err := dmutex.NewPeer(c.alg, c.id, len(c.addrs), tr)
+	if err != nil {
+		return errors.Join(err, tr.Close())
+	}
+	defer func() { err = errors.Join(err, p.Close()) }()
+
+	// Start together: the first barrier needs every peer up.
+	if err := tr.Barrier(ctx); err != nil {
+		return fmt.Errorf("waiting for the other peers: %w", err)
+	}
+	start := time.Now()
+	for k := range c.entries {
+		if err := p.LockContext(ctx); err != nil {
+			return fmt.Errorf("entry %d: %w", k, err)
+		}
+		err := c.entry(log, k, p.Fence())
+		p.Unlock()
+		if err != nil {
+			return err
+		}
+	}
+	elapsed := time.Since(start)
+	// Stay up, serving the others' requests, until all are done.
+	if err := tr.Barrier(ctx); err != nil {
+		return fmt.Errorf("waiting for the other peers to finish: %w", err)
+	}
+	ts := tr.Stats()
+	fmt.Fprintf(stdout, "peer %d: %v %v in %v; transport sent=%d delivered=%d resent=%d refused=%d\n",
+		c.id, c.alg, p.Stats(), elapsed.Round(time.Millisecond), ts.Sent, ts.Delivered, ts.Resent, ts.Refused)
+	return nil
+}
+
+// entry writes one entry's lines. Each line is one write to a file opened
+// with O_APPEND, so lines from different processes never mix.
+func (c *config) entry(log *os.File, k int, fence uint64) error {
+	if _, err := fmt.Fprintf(log, "begin %d %d %d\n", c.id, k, fence); err != nil {
+		return err
+	}
+	if c.hold > 0 {
+		time.Sleep(c.hold)
+	}
+	_, err := fmt.Fprintf(log, "end %d %d %d\n", c.id, k, fence)
+	return err
+}

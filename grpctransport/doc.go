@@ -1,0 +1,33 @@
+// Package grpctransport carries dmutex messages between processes over
+// gRPC, so that the peers of one cluster can run on different machines
+// with the same algorithms and the same Locker API as in one process.
+//
+// # Use
+//
+// Every process starts one Transport with the cluster's static membership,
+// the address of each peer in id order, and hands it to dmutex.NewPeer:
+//
+//	tr, err := grpctransport.New(id, addrs, grpctransport.WithTLS(cfg))
+//	...
+//	p, err := dmutex.NewPeer(dmutex.RicartAgrawala, id, len(addrs), tr)
+//
+// The Peer owns the transport from then on and closes it in Close.
+//
+// # Wire
+//
+// internal/wirepb/wire.proto is the wire contract. Peer i opens one
+// long-lived bidirectional stream to every other peer j: frames from i to
+// j flow one way, acknowledgements the other. Frames carry sequence
+// numbers, so messages from one peer to another arrive in the order sent,
+// once each, across broken connections (see Transport).
+//
+// # Security
+//
+// New requires WithTLS (mutual TLS) or, by name, Insecure. With TLS, peer
+// i's certificate must carry the DNS name PeerName(i): a receiver refuses
+// a stream whose sender claims an id its certificate does not name, or an
+// id outside the membership, and a sender checks that it reached the peer
+// it dialed. A frame that is malformed, oversized or inconsistent with
+// its stream closes that stream with a logged error; the other streams,
+// and the peer, keep working.
+package grpctransport

@@ -1,0 +1,135 @@
+package grpctransport
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"time"
+
+	"github.com/dmutex/dmutex"
+)
+
+// An Option configures a Transport. The zero Option is invalid.
+type Option struct {
+	name  string
+	apply func(*options) error
+}
+
+type options struct {
+	insecure   bool
+	tls        *tls.Config
+	lis        net.Listener
+	log        *slog.Logger
+	minBackoff time.Duration
+	maxBackoff time.Duration
+	maxFrame   int
+}
+
+// Insecure runs the transport without transport credentials: no
+// encryption, and a peer's claimed id is believed without proof. It is for
+// tests and for networks that are trusted as a whole; New refuses to start
+// without either Insecure or WithTLS.
+func Insecure() Option {
+	return Option{name: "Insecure", apply: func(o *options) error { o.insecure = true; return nil }}
+}
+
+// WithTLS secures every connection with mutual TLS. cfg holds this peer's
+// certificate (Certificates) and the pool of the authority that signed the
+// cluster's certificates (RootCAs; ClientCAs too if it differs). Peer i's
+// certificate must name it with the DNS subject alternative name
+// PeerName(i): a dialing peer checks that the peer it reached is the one
+// it meant, and a receiving peer refuses a stream whose claimed sender id
+// is not the name on the client certificate. New does not modify cfg.
+func WithTLS(cfg *tls.Config) Option {
+	return Option{name: "WithTLS", apply: func(o *options) error {
+		if cfg == nil {
+			return fmt.Errorf("%w: WithTLS(nil)", dmutex.ErrInvalidConfig)
+		}
+		if len(cfg.Certificates) == 0 && cfg.GetCertificate == nil {
+			return fmt.Errorf("%w: WithTLS config has no certificate of this peer", dmutex.ErrInvalidConfig)
+		}
+		if cfg.RootCAs == nil {
+			return fmt.Errorf("%w: WithTLS config has no RootCAs to verify the other peers", dmutex.ErrInvalidConfig)
+		}
+		o.tls = cfg
+		return nil
+	}}
+}
+
+// WithListener makes the transport serve on lis instead of listening on its
+// own address, for callers that must know the port before the transport
+// starts (a test picking free ports, socket activation). The transport
+// closes lis in Close.
+func WithListener(lis net.Listener) Option {
+	return Option{name: "WithListener", apply: func(o *options) error {
+		if lis == nil {
+			return fmt.Errorf("%w: WithListener(nil)", dmutex.ErrInvalidConfig)
+		}
+		o.lis = lis
+		return nil
+	}}
+}
+
+// WithLogger sends the transport's log records (refused streams, bad
+// frames, broken links) to l instead of slog.Default().
+func WithLogger(l *slog.Logger) Option {
+	return Option{name: "WithLogger", apply: func(o *options) error {
+		if l == nil {
+			return fmt.Errorf("%w: WithLogger(nil)", dmutex.ErrInvalidConfig)
+		}
+		o.log = l
+		return nil
+	}}
+}
+
+// WithBackoff sets the delays between attempts to reach a peer that is
+// down: the first retry waits about min, each further one longer, up to
+// max. The defaults are 50ms and 2s.
+func WithBackoff(min, max time.Duration) Option {
+	return Option{name: "WithBackoff", apply: func(o *options) error {
+		if min <= 0 || max < min {
+			return fmt.Errorf("%w: WithBackoff(%v, %v), want 0 < min <= max", dmutex.ErrInvalidConfig, min, max)
+		}
+		o.minBackoff, o.maxBackoff = min, max
+		return nil
+	}}
+}
+
+// WithMaxFrameSize sets the largest encoded frame the transport accepts,
+// in bytes; DefaultMaxFrameSize otherwise. A larger frame closes the
+// stream that carried it.
+func WithMaxFrameSize(bytes int) Option {
+	return Option{name: "WithMaxFrameSize", apply: func(o *options) error {
+		if bytes < 64 {
+			return fmt.Errorf("%w: WithMaxFrameSize(%d), want at least 64", dmutex.ErrInvalidConfig, bytes)
+		}
+		o.maxFrame = bytes
+		return nil
+	}}
+}
+
+// LoadTLSConfig reads a peer's PEM certificate and key and the PEM
+// certificate of the cluster's authority, and returns a config for
+// WithTLS.
+func LoadTLSConfig(certFile, keyFile, caFile string) (*tls.Config, error) {
+	cert, err := tls.LoadX509KeyPair(certFile, keyFile)
+	if err != nil {
+		return nil, fmt.Errorf("dmutex: load certificate: %w", err)
+	}
+	pem, err := os.ReadFile(caFile)
+	if err != nil {
+		return nil, fmt.Errorf("dmutex: load authority: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("dmutex: load authority: no PEM certificate in %s", caFile)
+	}
+	return &tls.Config{Certificates: []tls.Certificate{cert}, RootCAs: pool, MinVersion: tls.VersionTLS13}, nil
+}
+
+// PeerName returns the name that peer id's certificate must carry as a DNS
+// subject alternative name, such as "peer-3".
+func PeerName(id int) string { return fmt.Sprintf("peer-%d", id) }

@@ -1,0 +1,722 @@
+package grpctransport
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/tls"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
+
+	"github.com/dmutex/dmutex"
+	"github.com/dmutex/dmutex/grpctransport/internal/wirepb"
+)
+
+// recvBuffer is the buffer of the channel Recv returns. A full buffer
+// holds up the streams that feed it, which gRPC's flow control passes back
+// to the senders' links; Send itself never waits.
+const recvBuffer = 64
+
+// gracePeriod bounds how long Close lets the server flush its last
+// acknowledgements before it cuts the connections.
+const gracePeriod = 2 * time.Second
+
+// A Transport is one peer's dmutex.Transport over gRPC. Peer i opens one
+// long-lived stream to every other peer j and sends all its messages for j
+// on it, so messages from one peer to another arrive in the order sent.
+//
+// Delivery survives broken connections and restarted peers: every frame
+// carries a sequence number, the receiver acknowledges what it delivered,
+// and the sender keeps each frame until it is acknowledged. When a stream
+// breaks, the sender reconnects with backoff and sends the unacknowledged
+// frames again, in order; the receiver drops those it already delivered.
+// So while both processes live, each message is delivered exactly once
+// and in order, as Lamport's and Maekawa's algorithms need, and messages
+// for a peer that is down wait, in order and without limit, until it is
+// back. A peer that restarts has lost its protocol state, which none of
+// the algorithms can recover from; the transport then resends what the
+// old process had not acknowledged, and it is up to the operator to
+// restart the whole cluster.
+//
+// The zero Transport is not usable; New makes one. A Transport is safe for
+// concurrent use. After Close, Send returns dmutex.ErrClosed, Barrier
+// returns dmutex.ErrClosed, and the channel from Recv is closed.
+type Transport struct {
+	id, n int
+	addrs []string
+	opt   options
+	log   *slog.Logger
+	epoch uint64
+
+	recv chan dmutex.Message
+	out  []*outbox // by receiver id; nil at id
+	in   []*inlink // by sender id; nil at id
+
+	srv *grpc.Server
+	lis net.Listener
+
+	bmu      sync.Mutex
+	bchanged chan struct{} // closed and replaced when a barrier may have completed
+	round    uint32        // rounds of Barrier started
+
+	sent, delivered, resent, refused atomic.Uint64
+
+	mu     sync.Mutex // guards closed and wg.Add against Close
+	closed bool
+	done   chan struct{}
+	ctx    context.Context // cancelled by Close
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+var _ dmutex.Transport = (*Transport)(nil)
+
+// An outbox holds the frames for one receiver until it acknowledges them.
+type outbox struct {
+	to   int
+	conn *grpc.ClientConn
+
+	mu      sync.Mutex
+	queue   []*wirepb.Frame // unacknowledged frames, by sequence number
+	next    uint64          // sequence number of the next frame
+	acked   uint64          // every frame up to acked was delivered
+	sentMax uint64          // highest sequence number ever sent
+	up      bool            // the receiver accepted the current stream
+
+	wake chan struct{} // buffered 1: queue grew
+}
+
+// An inlink is what a receiver remembers of one sender.
+type inlink struct {
+	mu      sync.Mutex // held while delivering, so streams of one sender never interleave
+	epoch   uint64     // sender's transport instance
+	last    uint64     // sequence number of the last frame delivered
+	barrier uint32     // highest barrier round received
+}
+
+// Stats counts what a transport did.
+type Stats struct {
+	Sent      uint64 // protocol messages accepted by Send
+	Delivered uint64 // protocol messages received and handed to Recv
+	Resent    uint64 // frames sent again on a new stream after a broken one
+	Refused   uint64 // incoming streams closed for a bad identity, hello or frame
+}
+
+// New starts peer id's transport in a static cluster: addrs[i] is peer i's
+// host:port, and the transport listens on addrs[id] (or on the listener
+// given with WithListener). It connects to the other peers in the
+// background; Send queues messages until a peer is reached. Either WithTLS
+// or Insecure must be given. Bad arguments give an error wrapping
+// dmutex.ErrInvalidConfig.
+func New(id int, addrs []string, opts ...Option) (*Transport, error) {
+	n := len(addrs)
+	if n < 1 || n > dmutex.MaxPeers {
+		return nil, fmt.Errorf("%w: %d addresses, want 1 to %d", dmutex.ErrInvalidConfig, n, dmutex.MaxPeers)
+	}
+	if id < 0 || id >= n {
+		return nil, fmt.Errorf("%w: peer id %d out of range [0, %d)", dmutex.ErrInvalidConfig, id, n)
+	}
+	for i, a := range addrs {
+		if _, _, err := net.SplitHostPort(a); err != nil {
+			return nil, fmt.Errorf("%w: address %q of peer %d: %v", dmutex.ErrInvalidConfig, a, i, err)
+		}
+	}
+	o := options{minBackoff: 50 * time.Millisecond, maxBackoff: 2 * time.Second, maxFrame: DefaultMaxFrameSize}
+	for i, opt := range opts {
+		if opt.apply == nil {
+			return nil, fmt.Errorf("%w: option %d is the zero Option", dmutex.ErrInvalidConfig, i)
+		}
+		if err := opt.apply(&o); err != nil {
+			return nil, err
+		}
+	}
+	if o.insecure == (o.tls != nil) {
+		if o.insecure {
+			return nil, fmt.Errorf("%w: both Insecure and WithTLS given", dmutex.ErrInvalidConfig)
+		}
+		return nil, fmt.Errorf("%w: no transport credentials: give WithTLS, or Insecure by name", dmutex.ErrInvalidConfig)
+	}
+	if o.log == nil {
+		o.log = slog.Default()
+	}
+	lis := o.lis
+	if lis == nil {
+		var err error
+		if lis, err = net.Listen("tcp", addrs[id]); err != nil {
+			return nil, fmt.Errorf("dmutex: listen: %w", err)
+		}
+	}
+
+	var eb [8]byte
+	_, _ = rand.Read(eb[:]) // never fails (crypto/rand)
+	t := &Transport{
+		id: id, n: n, addrs: slices.Clone(addrs), opt: o,
+		log:      o.log.With("peer", id),
+		epoch:    binary.LittleEndian.Uint64(eb[:]) | 1,
+		recv:     make(chan dmutex.Message, recvBuffer),
+		out:      make([]*outbox, n),
+		in:       make([]*inlink, n),
+		lis:      lis,
+		bchanged: make(chan struct{}),
+		done:     make(chan struct{}),
+	}
+	t.ctx, t.cancel = context.WithCancel(context.Background())
+
+	t.srv = grpc.NewServer(
+		grpc.Creds(t.serverCreds()),
+		// gRPC's own limit only keeps a huge frame out of memory; the codec
+		// refuses anything above maxFrame with an error the handler logs.
+		grpc.MaxRecvMsgSize(max(4*o.maxFrame, 1<<20)),
+		grpc.ForceServerCodec(frameCodec{maxSize: o.maxFrame}),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
+	)
+	wirepb.RegisterLinkServer(t.srv, linkServer{t: t})
+	for j := range n {
+		if j == id {
+			continue
+		}
+		t.in[j] = &inlink{}
+		conn, err := grpc.NewClient(addrs[j],
+			grpc.WithTransportCredentials(t.clientCreds(j)),
+			grpc.WithConnectParams(grpc.ConnectParams{
+				Backoff:           backoff.Config{BaseDelay: o.minBackoff, Multiplier: 1.6, Jitter: 0.2, MaxDelay: o.maxBackoff},
+				MinConnectTimeout: time.Second,
+			}),
+			grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 10 * time.Second, Timeout: 5 * time.Second, PermitWithoutStream: true}),
+		)
+		if err != nil {
+			t.closeConns()
+			_ = lis.Close()
+			return nil, fmt.Errorf("%w: peer %d at %q: %v", dmutex.ErrInvalidConfig, j, addrs[j], err)
+		}
+		t.out[j] = &outbox{to: j, conn: conn, next: 1, wake: make(chan struct{}, 1)}
+	}
+	t.wg.Add(1)
+	go func() {
+		defer t.wg.Done()
+		if err := t.srv.Serve(lis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+			t.log.Error("dmutex: grpctransport: serve", "err", err)
+		}
+	}()
+	for _, o := range t.out {
+		if o != nil {
+			t.wg.Add(1)
+			go t.runLink(o)
+		}
+	}
+	return t, nil
+}
+
+func (t *Transport) serverCreds() credentials.TransportCredentials {
+	if t.opt.insecure {
+		return insecure.NewCredentials()
+	}
+	cfg := t.opt.tls.Clone()
+	cfg.ClientAuth = tls.RequireAndVerifyClientCert
+	if cfg.ClientCAs == nil {
+		cfg.ClientCAs = cfg.RootCAs
+	}
+	return credentials.NewTLS(cfg)
+}
+
+func (t *Transport) clientCreds(to int) credentials.TransportCredentials {
+	if t.opt.insecure {
+		return insecure.NewCredentials()
+	}
+	cfg := t.opt.tls.Clone()
+	cfg.ServerName = PeerName(to) // the peer we reach must prove it is peer to
+	return credentials.NewTLS(cfg)
+}
+
+// ID returns the transport's peer id.
+func (t *Transport) ID() int { return t.id }
+
+// Addr returns the address the transport listens on.
+func (t *Transport) Addr() net.Addr { return t.lis.Addr() }
+
+// Send queues m for peer to and returns at once; it never waits for the
+// network or the receiver. m must be from this peer and to peer to, with a
+// valid kind and a token no larger than the cluster: a message the
+// receiver would refuse is refused here, so it never blocks the link.
+func (t *Transport) Send(to int, m dmutex.Message) error {
+	if to < 0 || to >= t.n || to == t.id {
+		return fmt.Errorf("dmutex: send from peer %d to peer %d of [0, %d)", t.id, to, t.n)
+	}
+	w := toWire(m)
+	if _, err := fromWire(w, t.id, to, t.n); err != nil {
+		return fmt.Errorf("dmutex: send from peer %d to peer %d: %w", t.id, to, err)
+	}
+	if err := t.enqueue(t.out[to], &wirepb.Frame{Msg: w}); err != nil {
+		return err
+	}
+	t.sent.Add(1)
+	return nil
+}
+
+// enqueue gives f the next sequence number of o and wakes o's link.
+func (t *Transport) enqueue(o *outbox, f *wirepb.Frame) error {
+	o.mu.Lock()
+	if t.isClosed() {
+		o.mu.Unlock()
+		return dmutex.ErrClosed
+	}
+	f.Seq = o.next
+	o.next++
+	o.queue = append(o.queue, f)
+	o.mu.Unlock()
+	select {
+	case o.wake <- struct{}{}:
+	default:
+	}
+	return nil
+}
+
+// Recv returns the channel of messages for this peer. It is closed after
+// Close.
+func (t *Transport) Recv() <-chan dmutex.Message { return t.recv }
+
+// Stats returns the transport's counts so far.
+func (t *Transport) Stats() Stats {
+	return Stats{Sent: t.sent.Load(), Delivered: t.delivered.Load(), Resent: t.resent.Load(), Refused: t.refused.Load()}
+}
+
+func (t *Transport) isClosed() bool {
+	select {
+	case <-t.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// Close stops the transport: it drops the messages not yet delivered,
+// closes every stream, connection and the listener, and returns after all
+// its goroutines have exited. A second call returns nil.
+func (t *Transport) Close() error {
+	t.mu.Lock()
+	if t.closed {
+		t.mu.Unlock()
+		return nil
+	}
+	t.closed = true
+	close(t.done)
+	t.cancel()
+	t.mu.Unlock()
+
+	// The stream handlers return at done, after the acknowledgements they
+	// already sent; GracefulStop flushes those before closing the
+	// connections, so a peer waiting in Barrier for one gets it.
+	stopped := make(chan struct{})
+	go func() { t.srv.GracefulStop(); close(stopped) }()
+	timer := time.NewTimer(gracePeriod)
+	select {
+	case <-stopped:
+	case <-timer.C:
+		t.srv.Stop()
+		<-stopped
+	}
+	timer.Stop()
+	t.closeConns()
+	t.wg.Wait()
+	close(t.recv)
+	return nil
+}
+
+func (t *Transport) closeConns() {
+	for _, o := range t.out {
+		if o != nil {
+			_ = o.conn.Close()
+		}
+	}
+}
+
+// track counts a goroutine that starts after New, unless Close has begun.
+func (t *Transport) track() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		return false
+	}
+	t.wg.Add(1)
+	return true
+}
+
+// runLink keeps a stream to o's peer open and feeds it o's frames, until
+// Close.
+func (t *Transport) runLink(o *outbox) {
+	defer t.wg.Done()
+	delay := t.opt.minBackoff
+	for {
+		start := time.Now()
+		err := t.session(o)
+		if t.ctx.Err() != nil {
+			return
+		}
+		t.log.Warn("dmutex: grpctransport: link broken, reconnecting", "to", o.to, "err", err)
+		if time.Since(start) > 4*t.opt.maxBackoff {
+			delay = t.opt.minBackoff // it had been working a while
+		}
+		timer := time.NewTimer(jitter(delay))
+		select {
+		case <-timer.C:
+		case <-t.ctx.Done():
+			timer.Stop()
+			return
+		}
+		delay = min(2*delay, t.opt.maxBackoff)
+	}
+}
+
+// jitter returns a random duration between d/2 and d.
+func jitter(d time.Duration) time.Duration {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return d/2 + time.Duration(binary.LittleEndian.Uint64(b[:])%uint64(d/2+1))
+}
+
+// session runs one stream to o's peer until it breaks or Close.
+func (t *Transport) session(o *outbox) (err error) {
+	ctx, cancel := context.WithCancel(t.ctx)
+	defer cancel()
+	stream, err := wirepb.NewLinkClient(o.conn).Connect(ctx, grpc.WaitForReady(true))
+	if err != nil {
+		return err
+	}
+	o.mu.Lock()
+	sent := o.acked     // frames after this one go out on this stream
+	resend := o.sentMax // frames up to this one went out on an earlier stream
+	o.mu.Unlock()
+	hello := &wirepb.Frame{Hello: &wirepb.Hello{
+		From: uint32(t.id), To: uint32(o.to), N: uint32(t.n), Epoch: t.epoch, FirstSeq: sent + 1,
+	}}
+	if err := stream.Send(hello); err != nil {
+		return err
+	}
+	acks := make(chan error, 1)
+	go func() { acks <- t.readAcks(stream, o) }()
+	defer func() {
+		cancel()
+		if e := <-acks; err == nil {
+			err = e
+		}
+	}()
+
+	var batch []*wirepb.Frame
+	for {
+		o.mu.Lock()
+		// The receiver may acknowledge frames this stream has not sent
+		// yet, when an earlier stream delivered them and its
+		// acknowledgement was lost.
+		sent = max(sent, o.acked)
+		batch = append(batch[:0], o.queue[sent-o.acked:]...)
+		o.mu.Unlock()
+		for i, f := range batch {
+			if err := stream.Send(f); err != nil {
+				clear(batch)
+				return err
+			}
+			sent = f.Seq
+			if sent <= resend {
+				t.resent.Add(1)
+			}
+			o.mu.Lock()
+			o.sentMax = max(o.sentMax, sent)
+			o.mu.Unlock()
+			batch[i] = nil
+		}
+		if len(batch) > 0 {
+			continue
+		}
+		select {
+		case <-o.wake:
+		case err := <-acks:
+			acks <- err // for the deferred wait
+			if err == nil {
+				err = io.EOF
+			}
+			return err
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// readAcks applies the receiver's acknowledgements to o until the stream
+// ends.
+func (t *Transport) readAcks(stream wirepb.Link_ConnectClient, o *outbox) error {
+	for {
+		a, err := stream.Recv()
+		if err != nil {
+			if status.Code(err) == codes.PermissionDenied || status.Code(err) == codes.InvalidArgument {
+				t.log.Error("dmutex: grpctransport: peer refused the stream", "to", o.to, "err", err)
+			}
+			return err
+		}
+		o.mu.Lock()
+		if a.GetSeq() < o.acked || a.GetSeq() >= o.next {
+			o.mu.Unlock()
+			return fmt.Errorf("dmutex: peer %d acknowledged frame %d, want %d to %d", o.to, a.GetSeq(), o.acked, o.next-1)
+		}
+		k := int(a.GetSeq() - o.acked)
+		clear(o.queue[:k])
+		o.queue = o.queue[k:]
+		o.acked = a.GetSeq()
+		o.mu.Unlock()
+		t.changed()
+	}
+}
+
+// changed wakes Barrier callers to check again.
+func (t *Transport) changed() {
+	t.bmu.Lock()
+	close(t.bchanged)
+	t.bchanged = make(chan struct{})
+	t.bmu.Unlock()
+}
+
+// Barrier waits until every peer of the cluster has called Barrier as many
+// times as this one, and every peer has received this peer's marker. It
+// sends a marker to every other peer on the same streams as the
+// messages, so a marker arrives after every message its sender sent
+// before it. Tools that run a fixed workload use it to start together
+// (the first Barrier also waits until every peer is reachable) and to
+// stay up, serving the others, until everyone is done. Barrier markers
+// never appear on Recv. Calls must not overlap.
+func (t *Transport) Barrier(ctx context.Context) error {
+	t.bmu.Lock()
+	t.round++
+	r := t.round
+	t.bmu.Unlock()
+	marks := make([]uint64, t.n)
+	for j, o := range t.out {
+		if o == nil {
+			continue
+		}
+		f := &wirepb.Frame{Barrier: r}
+		if err := t.enqueue(o, f); err != nil {
+			return err
+		}
+		marks[j] = f.Seq
+	}
+	for {
+		t.bmu.Lock()
+		ch := t.bchanged
+		t.bmu.Unlock()
+		if t.barrierDone(r, marks) {
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.done:
+			return dmutex.ErrClosed
+		}
+	}
+}
+
+func (t *Transport) barrierDone(r uint32, marks []uint64) bool {
+	for j := range t.n {
+		if j == t.id {
+			continue
+		}
+		o, in := t.out[j], t.in[j]
+		o.mu.Lock()
+		acked := o.acked >= marks[j]
+		o.mu.Unlock()
+		in.mu.Lock()
+		seen := in.barrier >= r
+		in.mu.Unlock()
+		if !acked || !seen {
+			return false
+		}
+	}
+	return true
+}
+
+// linkServer receives the streams other peers open to this one.
+type linkServer struct {
+	wirepb.UnimplementedLinkServer
+	t *Transport
+}
+
+// errStop ends a stream handler when the transport closes.
+var errStop = errors.New("dmutex: transport closed")
+
+// Connect serves one stream from another peer.
+func (s linkServer) Connect(stream wirepb.Link_ConnectServer) error {
+	t := s.t
+	if !t.track() {
+		return status.Error(codes.Unavailable, "dmutex: transport closed")
+	}
+	defer t.wg.Done()
+
+	// Recv cannot be interrupted, so a goroutine does it and the handler
+	// can return at Close, after the acknowledgements it has sent.
+	frames := make(chan *wirepb.Frame)
+	errs := make(chan error, 1)
+	t.wg.Add(1) // the handler's own count keeps wg above zero here
+	go func() {
+		defer t.wg.Done()
+		for {
+			f, err := stream.Recv()
+			if err != nil {
+				errs <- err
+				return
+			}
+			select {
+			case frames <- f:
+			case <-stream.Context().Done():
+				return
+			}
+		}
+	}()
+	next := func() (*wirepb.Frame, error) {
+		select {
+		case f := <-frames:
+			return f, nil
+		case err := <-errs:
+			return nil, err
+		case <-t.done:
+			return nil, errStop
+		}
+	}
+	from := -1
+	refuse := func(code codes.Code, err error) error {
+		t.refused.Add(1)
+		t.log.Error("dmutex: grpctransport: stream refused", "from", from, "err", err)
+		return status.Error(code, err.Error())
+	}
+
+	f, err := next()
+	if err != nil {
+		return t.streamEnd(from, err)
+	}
+	if from, err = checkHello(f, t.id, t.n); err != nil {
+		from = -1
+		return refuse(codes.InvalidArgument, err)
+	}
+	if err := t.authorize(stream.Context(), from); err != nil {
+		return refuse(codes.PermissionDenied, err)
+	}
+	in := t.in[from]
+	h := f.GetHello()
+	in.mu.Lock()
+	if h.GetEpoch() != in.epoch {
+		// A new sender process, or the first stream: start where it says.
+		in.epoch, in.last, in.barrier = h.GetEpoch(), h.GetFirstSeq()-1, 0
+	} else if h.GetFirstSeq() > in.last+1 {
+		in.mu.Unlock()
+		return refuse(codes.InvalidArgument, fmt.Errorf("%w: stream resumes at frame %d, but frame %d is missing", errFrame, h.GetFirstSeq(), in.last+1))
+	}
+	last := in.last
+	in.mu.Unlock()
+	if err := stream.Send(&wirepb.Ack{Seq: last}); err != nil {
+		return t.streamEnd(from, err)
+	}
+
+	for {
+		f, err := next()
+		if err != nil {
+			return t.streamEnd(from, err)
+		}
+		m, isMsg, err := checkBody(f, from, t.id, t.n)
+		if err != nil {
+			return refuse(codes.InvalidArgument, err)
+		}
+		in.mu.Lock()
+		if in.epoch != h.GetEpoch() {
+			in.mu.Unlock() // a newer process of the same peer took over
+			return refuse(codes.Aborted, fmt.Errorf("stream of an older process of peer %d", from))
+		}
+		switch seq := f.GetSeq(); {
+		case seq <= in.last:
+			in.mu.Unlock() // delivered on an earlier stream
+			continue
+		case seq > in.last+1:
+			in.mu.Unlock()
+			return refuse(codes.InvalidArgument, fmt.Errorf("%w: frame %d after frame %d", errFrame, seq, in.last))
+		}
+		if isMsg {
+			select {
+			case t.recv <- m:
+				t.delivered.Add(1)
+			case <-t.done:
+				in.mu.Unlock()
+				return nil
+			}
+		}
+		in.last = f.GetSeq()
+		in.mu.Unlock()
+		if err := stream.Send(&wirepb.Ack{Seq: f.GetSeq()}); err != nil {
+			return t.streamEnd(from, err)
+		}
+		if !isMsg {
+			// Count the marker only once its acknowledgement is on its
+			// way, so that a Barrier that completes here and closes the
+			// transport does not leave its sender waiting for it.
+			in.mu.Lock()
+			if in.epoch == h.GetEpoch() {
+				in.barrier = max(in.barrier, f.GetBarrier())
+			}
+			in.mu.Unlock()
+			t.changed()
+		}
+	}
+}
+
+// streamEnd logs why a stream from peer from ended, unless it ended
+// normally, and returns the handler's result.
+func (t *Transport) streamEnd(from int, err error) error {
+	switch {
+	case errors.Is(err, errStop):
+		return nil
+	case errors.Is(err, io.EOF), status.Code(err) == codes.Canceled, errors.Is(err, context.Canceled):
+		t.log.Debug("dmutex: grpctransport: stream ended", "from", from, "err", err)
+		return nil
+	case status.Code(err) == codes.Unavailable:
+		t.log.Warn("dmutex: grpctransport: stream broken", "from", from, "err", err)
+		return err
+	}
+	// Malformed or oversized frames end up here: gRPC refuses them before
+	// the handler sees them.
+	t.refused.Add(1)
+	t.log.Error("dmutex: grpctransport: stream closed", "from", from, "err", err)
+	return err
+}
+
+// authorize checks that the stream's authenticated identity is peer from.
+func (t *Transport) authorize(ctx context.Context, from int) error {
+	if t.opt.insecure {
+		return nil // nothing to check against: Insecure believes the hello
+	}
+	p, ok := peer.FromContext(ctx)
+	if !ok {
+		return errors.New("dmutex: no peer information on the stream")
+	}
+	info, ok := p.AuthInfo.(credentials.TLSInfo)
+	if !ok || len(info.State.VerifiedChains) == 0 || len(info.State.PeerCertificates) == 0 {
+		return errors.New("dmutex: stream without a verified client certificate")
+	}
+	cert := info.State.PeerCertificates[0]
+	if !slices.Contains(cert.DNSNames, PeerName(from)) {
+		return fmt.Errorf("dmutex: stream claims to be from peer %d, but its certificate names %v", from, cert.DNSNames)
+	}
+	return nil
+}

@@ -1,0 +1,440 @@
+package grpctransport
+
+import (
+	"context"
+	"crypto/tls"
+	"io"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/dmutex/dmutex"
+	"github.com/dmutex/dmutex/grpctransport/internal/wirepb"
+)
+
+// receive reads want messages from tr within limit.
+func receive(t *testing.T, tr *Transport, want int, limit time.Duration) []dmutex.Message {
+	t.Helper()
+	timer := time.NewTimer(limit)
+	defer timer.Stop()
+	var got []dmutex.Message
+	for len(got) < want {
+		select {
+		case m, ok := <-tr.Recv():
+			require.True(t, ok, "Recv closed after %d of %d messages", len(got), want)
+			got = append(got, m)
+		case <-timer.C:
+			require.FailNow(t, "timeout", "received %d of %d messages in %v", len(got), want, limit)
+		}
+	}
+	return got
+}
+
+// requireInOrder checks that got holds, for each sender, the timestamps 1
+// to count in order, each once.
+func requireInOrder(t *testing.T, got []dmutex.Message, senders []int, count int) {
+	t.Helper()
+	next := map[int]uint64{}
+	for _, m := range got {
+		next[m.From]++
+		require.Equal(t, next[m.From], m.TS, "message from peer %d out of order or repeated", m.From)
+	}
+	for _, s := range senders {
+		require.Equal(t, uint64(count), next[s], "messages from peer %d", s)
+	}
+}
+
+func msg(from, to int, ts uint64) dmutex.Message {
+	return dmutex.Message{Kind: dmutex.KindRequest, From: from, To: to, TS: ts, Ref: ts + 1, Fence: 7}
+}
+
+func TestFIFOExactlyOnce(t *testing.T) {
+	const count = 500
+	trs := startTransports(t, 3, insecureOpts)
+	var wg sync.WaitGroup
+	for _, from := range []int{1, 2} {
+		wg.Go(func() {
+			for ts := uint64(1); ts <= count; ts++ {
+				assert.NoError(t, trs[from].Send(0, msg(from, 0, ts)))
+			}
+		})
+	}
+	wg.Wait()
+	got := receive(t, trs[0], 2*count, 20*time.Second)
+	requireInOrder(t, got, []int{1, 2}, count)
+	assert.Equal(t, dmutex.Message{Kind: dmutex.KindRequest, From: 1, To: 0, TS: 1, Ref: 2, Fence: 7}, got[slicesIndexFrom(got, 1)])
+	assert.Equal(t, uint64(2*count), trs[0].Stats().Delivered)
+	assert.Equal(t, uint64(count), trs[1].Stats().Sent)
+}
+
+func slicesIndexFrom(ms []dmutex.Message, from int) int {
+	for i, m := range ms {
+		if m.From == from {
+			return i
+		}
+	}
+	return -1
+}
+
+func TestTokenRoundTrip(t *testing.T) {
+	trs := startTransports(t, 3, insecureOpts)
+	m := dmutex.Message{Kind: dmutex.KindToken, From: 2, To: 1, TS: 9, Token: &dmutex.Token{LN: []uint64{3, 0, 5}, Queue: []int{0, 1}}}
+	require.NoError(t, trs[2].Send(1, m))
+	got := receive(t, trs[1], 1, 10*time.Second)
+	require.Equal(t, m, got[0])
+}
+
+func TestSendRefusesWhatAReceiverWould(t *testing.T) {
+	trs := startTransports(t, 2, insecureOpts)
+	tests := []struct {
+		name string
+		to   int
+		m    dmutex.Message
+	}{
+		{"to itself", 0, msg(0, 0, 1)},
+		{"to a peer out of range", 2, msg(0, 2, 1)},
+		{"from another peer", 1, msg(1, 1, 1)},
+		{"to another peer than addressed", 1, msg(0, 0, 1)},
+		{"invalid kind", 1, dmutex.Message{Kind: 0, From: 0, To: 1}},
+		{"token too large", 1, dmutex.Message{Kind: dmutex.KindToken, From: 0, To: 1, Token: &dmutex.Token{LN: []uint64{1, 2, 3}}}},
+		{"token queues a stranger", 1, dmutex.Message{Kind: dmutex.KindToken, From: 0, To: 1, Token: &dmutex.Token{Queue: []int{4}}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			require.Error(t, trs[0].Send(tt.to, tt.m))
+		})
+	}
+	assert.Zero(t, trs[0].Stats().Sent)
+}
+
+func TestClose(t *testing.T) {
+	ls, addrs := listeners(t, 2)
+	tr, err := New(0, addrs, WithListener(ls[0]), Insecure())
+	require.NoError(t, err)
+	require.NoError(t, ls[1].Close())
+	require.NoError(t, tr.Send(1, msg(0, 1, 1)), "a peer that is down gets its messages queued")
+	require.NoError(t, tr.Close())
+	require.NoError(t, tr.Close(), "second Close")
+	_, ok := <-tr.Recv()
+	require.False(t, ok, "Recv open after Close")
+	require.ErrorIs(t, tr.Send(1, msg(0, 1, 2)), dmutex.ErrClosed)
+	require.ErrorIs(t, tr.Barrier(context.Background()), dmutex.ErrClosed)
+}
+
+func TestNewBadInput(t *testing.T) {
+	tests := []struct {
+		name  string
+		id    int
+		addrs []string
+		opts  []Option
+		want  string
+	}{
+		{"no addresses", 0, nil, []Option{Insecure()}, "0 addresses"},
+		{"id out of range", 3, []string{"127.0.0.1:1", "127.0.0.1:2"}, []Option{Insecure()}, "peer id 3"},
+		{"negative id", -1, []string{"127.0.0.1:1"}, []Option{Insecure()}, "peer id -1"},
+		{"bad address", 0, []string{"127.0.0.1:1", "nowhere"}, []Option{Insecure()}, `"nowhere"`},
+		{"no credentials", 0, []string{"127.0.0.1:1"}, nil, "no transport credentials"},
+		{"both credentials", 0, []string{"127.0.0.1:1"}, []Option{Insecure(), WithTLS(testTLS(t))}, "both"},
+		{"nil TLS", 0, []string{"127.0.0.1:1"}, []Option{WithTLS(nil)}, "WithTLS(nil)"},
+		{"TLS without a certificate", 0, []string{"127.0.0.1:1"}, []Option{WithTLS(&tls.Config{})}, "no certificate"},
+		{"bad backoff", 0, []string{"127.0.0.1:1"}, []Option{Insecure(), WithBackoff(time.Second, time.Millisecond)}, "WithBackoff(1s, 1ms)"},
+		{"tiny frames", 0, []string{"127.0.0.1:1"}, []Option{Insecure(), WithMaxFrameSize(10)}, "WithMaxFrameSize(10)"},
+		{"zero option", 0, []string{"127.0.0.1:1"}, []Option{{}}, "zero Option"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tr, err := New(tt.id, tt.addrs, tt.opts...)
+			require.ErrorIs(t, err, dmutex.ErrInvalidConfig)
+			require.Nil(t, tr)
+			require.Contains(t, err.Error(), tt.want)
+			require.True(t, strings.HasPrefix(err.Error(), "dmutex: "), err.Error())
+		})
+	}
+}
+
+// TestReconnectAfterBrokenConnection cuts the connection from peer 1 to
+// peer 0 again and again while 1 sends: 0 must still get every message
+// once, in order.
+func TestReconnectAfterBrokenConnection(t *testing.T) {
+	const count, cuts = 400, 5
+	ls, addrs := listeners(t, 2)
+	px := newProxy(t, addrs[0])
+	peer1addrs := []string{px.addr(), addrs[1]}
+	tr0, err := New(0, addrs, WithListener(ls[0]), Insecure(), fastRetry, quiet)
+	require.NoError(t, err)
+	defer func() { require.NoError(t, tr0.Close()) }()
+	tr1, err := New(1, peer1addrs, WithListener(ls[1]), Insecure(), fastRetry, quiet)
+	require.NoError(t, err)
+	defer func() { require.NoError(t, tr1.Close()) }()
+
+	var got []dmutex.Message
+	for c := range cuts {
+		first := uint64(c*count/cuts + 1)
+		for ts := first; ts < first+count/cuts; ts++ {
+			require.NoError(t, tr1.Send(0, msg(1, 0, ts)))
+		}
+		// Cut as soon as this batch flows, so that part of it is in flight.
+		for len(got) == 0 || got[len(got)-1].TS < first {
+			got = append(got, receive(t, tr0, 1, 10*time.Second)...)
+		}
+		px.cut()
+	}
+	got = append(got, receive(t, tr0, count-len(got), 20*time.Second)...)
+	requireInOrder(t, got, []int{1}, count)
+	assert.GreaterOrEqual(t, px.accepted(), cuts, "connections through the proxy")
+	t.Logf("%d connections, %d frames resent", px.accepted(), tr1.Stats().Resent)
+}
+
+// TestRestartedReceiver closes peer 1 and starts a new process of it on
+// the same address: what peer 0 sent in between arrives, in order.
+func TestRestartedReceiver(t *testing.T) {
+	ls, addrs := listeners(t, 2)
+	tr0, err := New(0, addrs, WithListener(ls[0]), Insecure(), fastRetry, quiet)
+	require.NoError(t, err)
+	defer func() { require.NoError(t, tr0.Close()) }()
+	tr1, err := New(1, addrs, WithListener(ls[1]), Insecure(), fastRetry, quiet)
+	require.NoError(t, err)
+
+	for ts := uint64(1); ts <= 10; ts++ {
+		require.NoError(t, tr0.Send(1, msg(0, 1, ts)))
+	}
+	requireInOrder(t, receive(t, tr1, 10, 10*time.Second), []int{0}, 10)
+	require.Eventually(t, func() bool { return tr0.unacked(1) == 0 }, 10*time.Second, time.Millisecond)
+	require.NoError(t, tr1.Close())
+
+	for ts := uint64(11); ts <= 20; ts++ {
+		require.NoError(t, tr0.Send(1, msg(0, 1, ts)), "send while peer 1 is down")
+	}
+	l, err := net.Listen("tcp", addrs[1])
+	require.NoError(t, err)
+	tr1, err = New(1, addrs, WithListener(l), Insecure(), fastRetry, quiet)
+	require.NoError(t, err)
+	defer func() { require.NoError(t, tr1.Close()) }()
+	got := receive(t, tr1, 10, 10*time.Second)
+	for i, m := range got {
+		require.Equal(t, uint64(11+i), m.TS)
+	}
+}
+
+// TestRestartedSender closes peer 1 and starts a new process of it: the
+// new process numbers its frames from 1 again, and peer 0 delivers them
+// rather than take them for repeats of the old process's frames.
+func TestRestartedSender(t *testing.T) {
+	ls, addrs := listeners(t, 2)
+	tr0, err := New(0, addrs, WithListener(ls[0]), Insecure(), fastRetry, quiet)
+	require.NoError(t, err)
+	defer func() { require.NoError(t, tr0.Close()) }()
+	tr1, err := New(1, addrs, WithListener(ls[1]), Insecure(), fastRetry, quiet)
+	require.NoError(t, err)
+	for ts := uint64(1); ts <= 5; ts++ {
+		require.NoError(t, tr1.Send(0, msg(1, 0, ts)))
+	}
+	requireInOrder(t, receive(t, tr0, 5, 10*time.Second), []int{1}, 5)
+	require.NoError(t, tr1.Close())
+
+	l, err := net.Listen("tcp", addrs[1])
+	require.NoError(t, err)
+	tr1, err = New(1, addrs, WithListener(l), Insecure(), fastRetry, quiet)
+	require.NoError(t, err)
+	defer func() { require.NoError(t, tr1.Close()) }()
+	for ts := uint64(1); ts <= 3; ts++ {
+		require.NoError(t, tr1.Send(0, msg(1, 0, ts)))
+	}
+	requireInOrder(t, receive(t, tr0, 3, 10*time.Second), []int{1}, 3)
+}
+
+// unacked returns how many frames for peer to wait for acknowledgement.
+func (t *Transport) unacked(to int) int {
+	o := t.out[to]
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return len(o.queue)
+}
+
+func TestBarrier(t *testing.T) {
+	trs := startTransports(t, 3, insecureOpts)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for round := range 3 {
+		var wg sync.WaitGroup
+		for _, tr := range trs {
+			wg.Go(func() { assert.NoError(t, tr.Barrier(ctx), "round %d", round) })
+		}
+		wg.Wait()
+	}
+
+	// A barrier that one peer never reaches does not complete.
+	short, cancel2 := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel2()
+	var wg sync.WaitGroup
+	for _, tr := range trs[:2] {
+		wg.Go(func() { assert.ErrorIs(t, tr.Barrier(short), context.DeadlineExceeded) })
+	}
+	wg.Wait()
+}
+
+// TestMalformedFrames opens streams to peer 0 that carry bad frames: each
+// is closed with an error that is logged, and peer 0 keeps working.
+func TestMalformedFrames(t *testing.T) {
+	var logs logBuffer
+	ls, addrs := listeners(t, 3)
+	require.NoError(t, ls[2].Close()) // peer 2 never runs; the raw streams claim to be it
+	tr0, err := New(0, addrs, WithListener(ls[0]), Insecure(), fastRetry, WithMaxFrameSize(1024), WithLogger(logs.logger()))
+	require.NoError(t, err)
+	defer func() { require.NoError(t, tr0.Close()) }()
+	tr1, err := New(1, addrs, WithListener(ls[1]), Insecure(), fastRetry, quiet)
+	require.NoError(t, err)
+	defer func() { require.NoError(t, tr1.Close()) }()
+
+	enc := func(f *wirepb.Frame) []byte {
+		b, err := proto.Marshal(f)
+		require.NoError(t, err)
+		return b
+	}
+	epoch := uint64(100)
+	hello := func(mod func(h *wirepb.Hello)) []byte {
+		epoch++
+		h := &wirepb.Hello{From: 2, To: 0, N: 3, Epoch: epoch, FirstSeq: 1}
+		if mod != nil {
+			mod(h)
+		}
+		return enc(&wirepb.Frame{Hello: h})
+	}
+	good := func(seq uint64) *wirepb.Frame {
+		return &wirepb.Frame{Seq: seq, Msg: toWire(msg(2, 0, seq))}
+	}
+	tests := []struct {
+		name   string
+		frames func() [][]byte
+		code   codes.Code
+	}{
+		{"not protobuf", func() [][]byte { return [][]byte{{0xff, 0xff, 0xff}} }, codes.Internal},
+		{"oversized", func() [][]byte {
+			return [][]byte{hello(nil), enc(&wirepb.Frame{Seq: 1, Msg: toWire(msg(2, 0, 1)), Barrier: 0}), make([]byte, 4096)}
+		}, codes.Internal},
+		{"message before hello", func() [][]byte { return [][]byte{enc(good(1))} }, codes.InvalidArgument},
+		{"hello from outside the membership", func() [][]byte { return [][]byte{hello(func(h *wirepb.Hello) { h.From = 7 })} }, codes.InvalidArgument},
+		{"hello from itself", func() [][]byte { return [][]byte{hello(func(h *wirepb.Hello) { h.From = 0 })} }, codes.InvalidArgument},
+		{"hello for another peer", func() [][]byte { return [][]byte{hello(func(h *wirepb.Hello) { h.To = 1 })} }, codes.InvalidArgument},
+		{"hello with another cluster size", func() [][]byte { return [][]byte{hello(func(h *wirepb.Hello) { h.N = 4 })} }, codes.InvalidArgument},
+		{"unknown kind", func() [][]byte {
+			f := good(1)
+			f.Msg.Kind = 99
+			return [][]byte{hello(nil), enc(f)}
+		}, codes.InvalidArgument},
+		{"message claims another sender", func() [][]byte {
+			f := good(1)
+			f.Msg.From = 1
+			return [][]byte{hello(nil), enc(f)}
+		}, codes.InvalidArgument},
+		{"token larger than the cluster", func() [][]byte {
+			f := good(1)
+			f.Msg.Token = &wirepb.Token{Ln: []uint64{1, 2, 3, 4}}
+			return [][]byte{hello(nil), enc(f)}
+		}, codes.InvalidArgument},
+		{"both message and barrier", func() [][]byte {
+			f := good(1)
+			f.Barrier = 1
+			return [][]byte{hello(nil), enc(f)}
+		}, codes.InvalidArgument},
+		{"gap in sequence numbers", func() [][]byte { return [][]byte{hello(nil), enc(good(1)), enc(good(3))} }, codes.InvalidArgument},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			before := tr0.Stats().Refused
+			err := refusal(t, addrs[0], nil, tt.frames()...)
+			require.Equal(t, tt.code, status.Code(err), "%v", err)
+			require.Eventually(t, func() bool { return tr0.Stats().Refused == before+1 }, 5*time.Second, time.Millisecond)
+		})
+	}
+	assert.Equal(t, len(tests), strings.Count(logs.String(), "level=ERROR"), logs.String())
+
+	// Peer 0 still serves peer 1.
+	require.NoError(t, tr1.Send(0, msg(1, 0, 1)))
+	// The valid frames that came before the bad ones were delivered.
+	got := receive(t, tr0, 3, 10*time.Second)
+	assert.Equal(t, []dmutex.Message{msg(2, 0, 1), msg(2, 0, 1), msg(1, 0, 1)}, got)
+}
+
+func TestKindsMatchTheWire(t *testing.T) {
+	for k := dmutex.Kind(0); k < 255; k++ {
+		name, ok := wirepb.Kind_name[int32(k)]
+		if !k.Valid() {
+			assert.True(t, !ok || k == 0, "wire kind %d (%s) that dmutex does not have", k, name)
+			continue
+		}
+		assert.Equal(t, "KIND_"+strings.ToUpper(k.String()), name, "kind %d", k)
+	}
+}
+
+// A proxy forwards TCP connections to a target and can cut them all.
+type proxy struct {
+	l      net.Listener
+	target string
+
+	mu    sync.Mutex
+	conns []net.Conn
+	count int
+	wg    sync.WaitGroup
+}
+
+func newProxy(t *testing.T, target string) *proxy {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	p := &proxy{l: l, target: target}
+	p.wg.Go(p.run)
+	t.Cleanup(p.close)
+	return p
+}
+
+func (p *proxy) addr() string { return p.l.Addr().String() }
+
+func (p *proxy) run() {
+	for {
+		c, err := p.l.Accept()
+		if err != nil {
+			return
+		}
+		d, err := net.Dial("tcp", p.target)
+		if err != nil {
+			_ = c.Close()
+			continue
+		}
+		p.mu.Lock()
+		p.conns = append(p.conns, c, d)
+		p.count++
+		p.mu.Unlock()
+		p.wg.Go(func() { _, _ = io.Copy(d, c); _ = d.Close() })
+		p.wg.Go(func() { _, _ = io.Copy(c, d); _ = c.Close() })
+	}
+}
+
+func (p *proxy) accepted() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.count
+}
+
+// cut closes every connection through the proxy.
+func (p *proxy) cut() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, c := range p.conns {
+		_ = c.Close()
+	}
+	p.conns = nil
+}
+
+func (p *proxy) close() {
+	_ = p.l.Close()
+	p.cut()
+	p.wg.Wait()
+}
