@@ -1,0 +1,340 @@
+package dmutex
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// tokNet drives the machines of one token algorithm by hand, with no
+// goroutines: the test decides which message is delivered next. It
+// counts every message at the moment a machine hands it over, and checks
+// after every step that exactly one token exists (held, or in flight)
+// and at most one peer is inside.
+type tokNet struct {
+	alg      Algorithm
+	ms       []machine
+	inflight []Message
+	wanting  []bool
+	inside   []bool
+	sent     [numKinds]int
+	entries  int
+	out      output
+}
+
+func newTokNet(t testing.TB, alg Algorithm, n int, opts ...Option) *tokNet {
+	t.Helper()
+	cfg, err := newConfig(alg, n, forSimulation, opts)
+	require.NoError(t, err)
+	nw := &tokNet{alg: alg, wanting: make([]bool, n), inside: make([]bool, n)}
+	for id := range n {
+		m, err := cfg.newMachine(alg, id, n)
+		require.NoError(t, err)
+		nw.ms = append(nw.ms, m)
+	}
+	require.NoError(t, nw.check())
+	return nw
+}
+
+// isToken reports whether m carries the token of a token algorithm.
+func isToken(m Message) bool { return m.Kind == KindToken || m.Kind == KindPrivilege }
+
+// step applies ev to peer id and collects its output.
+func (nw *tokNet) step(id int, ev event) error {
+	nw.out.reset()
+	nw.ms[id].step(ev, &nw.out)
+	for _, m := range nw.out.msgs {
+		if m.From != id || m.To == id || m.To < 0 || m.To >= len(nw.ms) {
+			return fmt.Errorf("peer %d sent a malformed message %+v", id, m)
+		}
+		nw.sent[m.Kind]++
+		nw.inflight = append(nw.inflight, m)
+	}
+	if nw.out.entered {
+		if nw.inside[id] || !nw.wanting[id] {
+			return fmt.Errorf("peer %d entered without asking", id)
+		}
+		nw.wanting[id] = false
+		nw.inside[id] = true
+		nw.entries++
+	}
+	return nw.check()
+}
+
+// request asks for the critical section at peer id.
+func (nw *tokNet) request(id int) error {
+	if nw.wanting[id] || nw.inside[id] {
+		return nil // the driver never asks twice
+	}
+	nw.wanting[id] = true
+	return nw.step(id, event{kind: evRequest})
+}
+
+// release leaves the critical section at peer id.
+func (nw *tokNet) release(id int) error {
+	nw.inside[id] = false
+	return nw.step(id, event{kind: evRelease})
+}
+
+// deliver hands in-flight message i to its receiver.
+func (nw *tokNet) deliver(i int) error {
+	m := nw.inflight[i]
+	nw.inflight = append(nw.inflight[:i], nw.inflight[i+1:]...)
+	if nw.alg == SuzukiKasami && m.Kind == KindToken && !nw.wanting[m.To] {
+		// Suzuki-Kasami sends the token only to serve a request that is
+		// still outstanding, so its receiver always waits for it.
+		return fmt.Errorf("token sent from peer %d to peer %d, which does not want it", m.From, m.To)
+	}
+	return nw.step(m.To, event{kind: evMessage, msg: m})
+}
+
+// next picks the message to deliver: the oldest one, or with rng a random
+// one (the newest one half the time), which in fifo mode is the oldest of
+// its sender-receiver pair.
+func (nw *tokNet) next(rng *rand.Rand, fifo bool) int {
+	if rng == nil {
+		return 0
+	}
+	i := rng.IntN(len(nw.inflight))
+	if rng.IntN(2) == 0 {
+		// Favour the newest message half the time, so that old ones
+		// linger and arrive late, long after their moment.
+		i = len(nw.inflight) - 1
+	}
+	if fifo {
+		for j := range i {
+			if nw.inflight[j].From == nw.inflight[i].From && nw.inflight[j].To == nw.inflight[i].To {
+				return j
+			}
+		}
+	}
+	return i
+}
+
+// drain delivers messages until none is left, releasing every peer that
+// enters as soon as it does. It fails after limit deliveries, so a token
+// that never rests is caught.
+func (nw *tokNet) drain(rng *rand.Rand, fifo bool, limit int) error {
+	for steps := 0; len(nw.inflight) > 0; steps++ {
+		if steps == limit {
+			return fmt.Errorf("still %d messages in flight after %d deliveries", len(nw.inflight), limit)
+		}
+		if err := nw.deliver(nw.next(rng, fifo)); err != nil {
+			return err
+		}
+		if err := nw.releaseAll(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (nw *tokNet) releaseAll() error {
+	for id, in := range nw.inside {
+		if in {
+			if err := nw.release(id); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// total returns the number of messages sent so far.
+func (nw *tokNet) total() int {
+	var s int
+	for _, v := range nw.sent {
+		s += v
+	}
+	return s
+}
+
+// check verifies the safety invariants: one token, held or in flight;
+// at most one peer inside, and only a peer that holds the token.
+func (nw *tokNet) check() error {
+	tokens, inside := 0, 0
+	for id, m := range nw.ms {
+		if m.(tokenHolder).hasToken() {
+			tokens++
+		}
+		if nw.inside[id] {
+			inside++
+			if !m.(tokenHolder).hasToken() {
+				return fmt.Errorf("peer %d is inside without the token", id)
+			}
+		}
+	}
+	for _, m := range nw.inflight {
+		if isToken(m) {
+			tokens++
+		}
+	}
+	if tokens != 1 {
+		return fmt.Errorf("%d tokens exist, want exactly 1", tokens)
+	}
+	if inside > 1 {
+		return fmt.Errorf("%d peers inside", inside)
+	}
+	return nil
+}
+
+// runRandom makes every peer request rounds times at random moments while
+// messages are delivered in a random (seeded, replayable) order, then
+// drains the network and checks that every request was served.
+func (nw *tokNet) runRandom(rng *rand.Rand, fifo bool, rounds int) error {
+	n := len(nw.ms)
+	left := make([]int, n)
+	for i := range left {
+		left[i] = rounds
+	}
+	pending := n * rounds
+	for steps := 0; pending > 0 || len(nw.inflight) > 0; steps++ {
+		if steps > 100000 {
+			return fmt.Errorf("no progress after %d steps", steps)
+		}
+		var err error
+		switch c := rng.IntN(3); {
+		case c == 0 && pending > 0:
+			id := rng.IntN(n)
+			if left[id] > 0 && !nw.wanting[id] && !nw.inside[id] {
+				left[id]--
+				pending--
+				err = nw.request(id)
+			}
+		case c == 1:
+			err = nw.releaseAll()
+		case len(nw.inflight) > 0:
+			err = nw.deliver(nw.next(rng, fifo))
+		}
+		if err != nil {
+			return err
+		}
+		if len(nw.inflight) == 0 && pending == 0 {
+			if err := nw.releaseAll(); err != nil {
+				return err
+			}
+		}
+	}
+	for id := range n {
+		if nw.wanting[id] {
+			return fmt.Errorf("peer %d still waits with no message in flight (a stranded request)", id)
+		}
+	}
+	if nw.entries != n*rounds {
+		return fmt.Errorf("%d entries, want %d", nw.entries, n*rounds)
+	}
+	return nil
+}
+
+// countingTransport wraps a Transport and keeps the books of token
+// messages as the network sees them: a peer holds the token between
+// receiving it and sending it on. Every Send and every receipt checks,
+// under one lock, that each peer holds 0 or 1 tokens and that holders plus
+// tokens in flight make exactly one. The first violation is kept.
+type countingTransport struct {
+	inner Transport
+	books *tokenBooks
+	id    int
+	out   chan Message
+	done  chan struct{}
+	wg    sync.WaitGroup
+	once  sync.Once
+}
+
+type tokenBooks struct {
+	mu       sync.Mutex
+	held     []int // per peer: tokens received (or given at start) minus sent
+	inflight int
+	moves    int
+	err      error
+}
+
+func newTokenBooks(n, start int) *tokenBooks {
+	b := &tokenBooks{held: make([]int, n)}
+	b.held[start] = 1
+	return b
+}
+
+// sent books a token leaving peer id; received books one arriving there.
+func (b *tokenBooks) sent(id int)     { b.book(id, -1) }
+func (b *tokenBooks) received(id int) { b.book(id, +1) }
+
+func (b *tokenBooks) book(id, delta int) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.held[id] += delta
+	b.inflight -= delta
+	if delta < 0 {
+		b.moves++
+	}
+	holders := 0
+	for j, h := range b.held {
+		if h != 0 && h != 1 && b.err == nil {
+			b.err = fmt.Errorf("peer %d holds %d tokens", j, h)
+		}
+		holders += h
+	}
+	if holders+b.inflight != 1 && b.err == nil {
+		b.err = fmt.Errorf("%d holders and %d tokens in flight", holders, b.inflight)
+	}
+}
+
+func (b *tokenBooks) check() (moves int, err error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.moves, b.err
+}
+
+func newCountingTransport(inner Transport, books *tokenBooks, id int) *countingTransport {
+	c := &countingTransport{inner: inner, books: books, id: id, out: make(chan Message), done: make(chan struct{})}
+	c.wg.Add(1)
+	go c.forward()
+	return c
+}
+
+func (c *countingTransport) Send(to int, m Message) error {
+	if isToken(m) {
+		// Booked before the receiver can see it, so a receipt never
+		// comes before its send in the books.
+		c.books.sent(c.id)
+	}
+	return c.inner.Send(to, m)
+}
+
+func (c *countingTransport) forward() {
+	defer c.wg.Done()
+	defer close(c.out)
+	for {
+		select {
+		case m, ok := <-c.inner.Recv():
+			if !ok {
+				return
+			}
+			if isToken(m) {
+				c.books.received(c.id)
+			}
+			select {
+			case c.out <- m:
+			case <-c.done:
+				return
+			}
+		case <-c.done:
+			return
+		}
+	}
+}
+
+func (c *countingTransport) Recv() <-chan Message { return c.out }
+
+func (c *countingTransport) Close() error {
+	var err error
+	c.once.Do(func() {
+		close(c.done)
+		err = c.inner.Close()
+		c.wg.Wait()
+	})
+	return err
+}
