@@ -1,11 +1,17 @@
 package dmutex
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
@@ -337,4 +343,74 @@ func (c *countingTransport) Close() error {
 		c.wg.Wait()
 	})
 	return err
+}
+
+// TestTokenUniquenessAtTransport runs each token algorithm over real peers
+// whose transports keep the books of token messages, while callers lock,
+// and give up at random short deadlines, on every peer. From the
+// network's view, exactly one token exists at every moment, and no peer
+// ever holds two; a token withdrawn on its way is neither lost nor
+// duplicated, so every peer can still lock at the end.
+func TestTokenUniquenessAtTransport(t *testing.T) {
+	calls := 300
+	if testing.Short() {
+		calls = 60
+	}
+	for _, alg := range []Algorithm{SuzukiKasami, TokenRing, Raymond} {
+		for _, n := range []int{2, 5, 8} {
+			t.Run(alg.String()+"/n="+strconv.Itoa(n), func(t *testing.T) {
+				books := newTokenBooks(n, 0)
+				nw := NewChanNetwork(n)
+				peers := make([]*Peer, n)
+				for id := range n {
+					p, err := NewPeer(alg, id, n, newCountingTransport(nw.Endpoint(id), books, id))
+					require.NoError(t, err)
+					peers[id] = p
+					t.Cleanup(func() { require.NoError(t, p.Close()) })
+				}
+				var g guard
+				var wg sync.WaitGroup
+				var gaveUp atomic.Int64
+				errs := make(chan error, 2*n)
+				for i := range 2 * n {
+					wg.Go(func() {
+						p := peers[i%n]
+						rng := rand.New(rand.NewPCG(uint64(i), 9))
+						for range calls / 2 {
+							d := time.Duration(rng.IntN(300)) * time.Microsecond
+							ctx, cancel := context.WithTimeout(context.Background(), d)
+							err := p.LockContext(ctx)
+							cancel()
+							if err == nil {
+								if err := g.enter(p.ID()); err != nil {
+									errs <- err
+								}
+								g.leave()
+								p.Unlock()
+							} else if errors.Is(err, context.DeadlineExceeded) {
+								gaveUp.Add(1)
+							} else {
+								errs <- err
+							}
+						}
+					})
+				}
+				wg.Wait()
+				close(errs)
+				for err := range errs {
+					require.NoError(t, err)
+				}
+				for _, p := range peers {
+					lockWithin(t, p, 10*time.Second)
+					p.Unlock()
+				}
+				moves, err := books.check()
+				require.NoError(t, err)
+				t.Logf("%d token moves checked; %d of %d calls gave up", moves, gaveUp.Load(), n*calls)
+				if n > 1 {
+					assert.Positive(t, moves)
+				}
+			})
+		}
+	}
 }
