@@ -281,7 +281,9 @@ func (b *tokenBooks) book(id, delta int) {
 		if h != 0 && h != 1 && b.err == nil {
 			b.err = fmt.Errorf("peer %d holds %d tokens", j, h)
 		}
-		holders += h
+		if h > 0 {
+			holders++
+		}
 	}
 	if holders+b.inflight != 1 && b.err == nil {
 		b.err = fmt.Errorf("%d holders and %d tokens in flight", holders, b.inflight)
@@ -412,5 +414,32 @@ func TestTokenUniquenessAtTransport(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// TestTokenBooks shows the transport's books catch a duplicated or a
+// conjured token.
+func TestTokenBooks(t *testing.T) {
+	tests := []struct {
+		name    string
+		moves   func(b *tokenBooks)
+		wantErr string
+	}{
+		{"a token passed along", func(b *tokenBooks) { b.sent(0); b.received(1); b.sent(1); b.received(2) }, ""},
+		{"a holder sends it twice", func(b *tokenBooks) { b.sent(0); b.sent(0) }, "peer 0 holds -1 tokens"},
+		{"a peer sends one it never got", func(b *tokenBooks) { b.sent(1) }, "peer 1 holds -1 tokens"},
+		{"a second arrives where one is held", func(b *tokenBooks) { b.sent(0); b.received(1); b.sent(2); b.received(1) }, "peer 2 holds -1 tokens"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			b := newTokenBooks(3, 0)
+			tt.moves(b)
+			_, err := b.check()
+			if tt.wantErr == "" {
+				require.NoError(t, err)
+			} else {
+				require.EqualError(t, err, tt.wantErr)
+			}
+		})
 	}
 }
