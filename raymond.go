@@ -3,8 +3,9 @@ package dmutex
 import "fmt"
 
 // NewRaymond starts n peers running Raymond's tree-based token algorithm
-// over a static spanning tree in heap order: the parent of peer i is
-// (i-1)/2, and the root, peer 0, starts with the privilege (the token).
+// over a static spanning tree, by default in heap order: the parent of
+// peer i is (i-1)/2, and the root, peer 0, starts with the privilege (the
+// token). WithTree sets another tree.
 //
 // Raymond, "A tree-based algorithm for distributed mutual exclusion", ACM
 // Transactions on Computer Systems 7(1), 1989. Every peer keeps HOLDER,
@@ -17,9 +18,10 @@ import "fmt"
 // Cost: an entry by the holder of the idle privilege sends nothing; any
 // other entry costs a request and a privilege on each edge of the path
 // between the requester and the holder, 2d messages for distance d, at
-// most twice the tree's diameter (about 4 log2 n) and O(log n) on average
-// on this balanced tree. Under contention requests merge in the queues
-// and the cost per entry falls. Channels may reorder messages.
+// most twice the tree's diameter (about 4 log2 n on the default tree) and
+// O(log n) on average on a balanced tree. Under contention requests merge
+// in the queues and the cost per entry falls. Channels may reorder
+// messages.
 //
 // Fairness: each peer serves its queue in FIFO order and the tree has no
 // cycles, so every request is served after finitely many entries by
@@ -37,6 +39,63 @@ func NewRaymond(n int, opts ...Option) (*Cluster, error) {
 	return New(Raymond, n, opts...)
 }
 
+// WithTree gives Raymond's algorithm the spanning tree to use instead of
+// the balanced heap order: parent[i] is the parent of peer i, and the one
+// peer whose parent is -1 is the root, which starts with the privilege.
+// The tree must span all n peers without a cycle. Every peer of a cluster
+// must be given the same tree. A star (peer 0 the root, every other
+// peer's parent 0) costs at most 4 messages per entry but loads its
+// centre; a path makes the diameter n-1. It applies to Raymond only;
+// parent is copied.
+func WithTree(parent []int) Option {
+	parent = append([]int(nil), parent...)
+	return Option{
+		name:  "WithTree",
+		algs:  []Algorithm{Raymond},
+		where: forAll,
+		apply: func(c *config) error {
+			if err := checkTree(parent, c.n); err != nil {
+				return err
+			}
+			c.treeParent = parent
+			return nil
+		},
+	}
+}
+
+// checkTree reports whether parent describes a tree over n peers: one
+// root with parent -1, every other parent a peer id, and no cycle.
+func checkTree(parent []int, n int) error {
+	if len(parent) != n {
+		return fmt.Errorf("%w: WithTree: %d parents for n = %d peers", ErrInvalidConfig, len(parent), n)
+	}
+	root := -1
+	for i, p := range parent {
+		switch {
+		case p == -1 && root >= 0:
+			return fmt.Errorf("%w: WithTree: two roots, peers %d and %d", ErrInvalidConfig, root, i)
+		case p == -1:
+			root = i
+		case p < 0 || p >= n || p == i:
+			return fmt.Errorf("%w: WithTree: parent of peer %d is %d, want -1 or another peer in [0, %d)", ErrInvalidConfig, i, p, n)
+		}
+	}
+	if root < 0 {
+		return fmt.Errorf("%w: WithTree: no root (a parent of -1)", ErrInvalidConfig)
+	}
+	// Every walk up from a peer must reach the root within n-1 steps.
+	for i := range parent {
+		j := i
+		for steps := 0; parent[j] != -1; steps++ {
+			if steps == n {
+				return fmt.Errorf("%w: WithTree: peer %d is on a cycle, not under root %d", ErrInvalidConfig, i, root)
+			}
+			j = parent[j]
+		}
+	}
+	return nil
+}
+
 // raymond is one node of Raymond's tree.
 type raymond struct {
 	id int
@@ -50,9 +109,14 @@ type raymond struct {
 // raymondParent is the parent of peer i in the default tree, heap order.
 func raymondParent(i int) int { return (i - 1) / 2 }
 
-func newRaymond(id, n int, _ *config) (machine, error) {
+func newRaymond(id, n int, cfg *config) (machine, error) {
 	r := &raymond{id: id, holder: id}
-	if id != 0 {
+	switch {
+	case cfg.treeParent != nil:
+		if p := cfg.treeParent[id]; p >= 0 {
+			r.holder = p
+		}
+	case id != 0:
 		r.holder = raymondParent(id)
 	}
 	return r, nil

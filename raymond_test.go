@@ -242,3 +242,83 @@ func TestRaymondLightLoadAverage(t *testing.T) {
 		})
 	}
 }
+
+func TestWithTreeBadInput(t *testing.T) {
+	tests := []struct {
+		name    string
+		alg     Algorithm
+		n       int
+		parent  []int
+		wantMsg string
+	}{
+		{"too few parents", Raymond, 3, []int{-1, 0}, "2 parents for n = 3"},
+		{"no root", Raymond, 3, []int{1, 2, 0}, "no root"},
+		{"two roots", Raymond, 3, []int{-1, 0, -1}, "two roots, peers 0 and 2"},
+		{"own parent", Raymond, 3, []int{-1, 1, 0}, "parent of peer 1 is 1"},
+		{"parent out of range", Raymond, 3, []int{-1, 0, 3}, "parent of peer 2 is 3"},
+		{"cycle apart from the root", Raymond, 4, []int{-1, 0, 3, 2}, "peer 2 is on a cycle"},
+		{"not raymond", SuzukiKasami, 2, []int{-1, 0}, "WithTree does not apply to suzuki-kasami"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, err := New(tt.alg, tt.n, WithTree(tt.parent))
+			require.ErrorIs(t, err, ErrInvalidConfig)
+			assert.Contains(t, err.Error(), tt.wantMsg)
+			assert.Nil(t, c)
+		})
+	}
+}
+
+// TestWithTree runs Raymond over a star and a path rooted in the middle:
+// safe under contention, and one entry at a time costs twice the distance
+// in that tree.
+func TestWithTree(t *testing.T) {
+	const n = 6
+	tests := []struct {
+		name   string
+		parent []int
+		root   int
+	}{
+		{"star", []int{-1, 0, 0, 0, 0, 0}, 0},
+		{"path rooted at 3", []int{1, 2, 3, -1, 3, 4}, 3},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			distance := func(a, b int) int { // up from both to the lowest common ancestor
+				depth := func(i int) int {
+					d := 0
+					for ; tt.parent[i] >= 0; i = tt.parent[i] {
+						d++
+					}
+					return d
+				}
+				d := 0
+				for a != b {
+					if depth(a) >= depth(b) {
+						a = tt.parent[a]
+					} else {
+						b = tt.parent[b]
+					}
+					d++
+				}
+				return d
+			}
+			c, err := NewRaymond(n, WithTree(tt.parent))
+			require.NoError(t, err)
+			t.Cleanup(func() { require.NoError(t, c.Close()) })
+			holder := tt.root
+			for _, id := range []int{0, 5, 5, 1, 2, 4, tt.root} {
+				before := c.Stats()
+				lockWithin(t, c.Peer(id), 10*time.Second)
+				c.Peer(id).Unlock()
+				got := c.Stats().Sub(before)
+				assert.Equal(t, uint64(2*distance(holder, id)), got.Messages, "peer %d after holder %d", id, holder)
+				holder = id
+			}
+			c2, err := NewRaymond(n, WithTree(tt.parent))
+			require.NoError(t, err)
+			t.Cleanup(func() { require.NoError(t, c2.Close()) })
+			hammer(t, c2, 2, 20, 30*time.Second)
+		})
+	}
+}
