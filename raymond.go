@@ -153,7 +153,10 @@ func (r *raymond) assignPrivilege(out *output) {
 		return
 	}
 	r.holder = r.queue[0]
-	r.queue = r.queue[1:]
+	// Shift rather than reslice, so the queue's array is reused and a
+	// hot holder's entry allocates nothing. The queue holds at most the
+	// peer and its neighbours.
+	r.queue = r.queue[:copy(r.queue, r.queue[1:])]
 	r.asked = false
 	if r.holder == r.id {
 		r.using = true

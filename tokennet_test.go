@@ -443,3 +443,33 @@ func TestTokenBooks(t *testing.T) {
 		})
 	}
 }
+
+// BenchmarkTokenAlgorithms times one lock and unlock, either always at
+// peer 0 ("hot": the Suzuki-Kasami and Raymond token stays there) or at
+// each peer in turn ("round-robin"), and reports the messages counted at
+// the transport per entry.
+func BenchmarkTokenAlgorithms(b *testing.B) {
+	for _, alg := range []Algorithm{SuzukiKasami, TokenRing, Raymond} {
+		for _, n := range []int{3, 8, 32} {
+			for _, mode := range []string{"hot", "round-robin"} {
+				b.Run(alg.String()+"/n="+strconv.Itoa(n)+"/"+mode, func(b *testing.B) {
+					c, err := New(alg, n)
+					require.NoError(b, err)
+					defer func() { require.NoError(b, c.Close()) }()
+					b.ReportAllocs()
+					i := 0
+					for b.Loop() {
+						p := c.Peer(0)
+						if mode != "hot" {
+							p = c.Peer(i % n)
+							i++
+						}
+						p.Lock()
+						p.Unlock()
+					}
+					b.ReportMetric(float64(c.Stats().Messages)/float64(c.Stats().Entries), "msgs/op")
+				})
+			}
+		}
+	}
+}
