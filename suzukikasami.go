@@ -29,11 +29,12 @@ import "fmt"
 // the cluster without a token, and every later request from another peer
 // waits forever (LockContext returns at its deadline). A peer that crashes
 // without the token does no harm unless it had a request outstanding: the
-// token sent to serve it is lost with it. A partition blocks
-// every peer cut off from the token's side. Requests are never sent twice,
-// so a request lost to a partition is served only if some peer that did
-// see it later holds the token and queues it at release; otherwise its
-// requester waits forever even after the partition heals.
+// token sent to serve it is lost with it. A token sent across a partition
+// that drops messages is lost too. A partition blocks every peer cut off
+// from the token's side. Requests are never sent twice, so a request lost
+// to a partition is served only if some peer that did see it later holds
+// the token and queues it at release; otherwise its requester waits
+// forever, even after the partition heals.
 func NewSuzukiKasami(n int, opts ...Option) (*Cluster, error) {
 	return New(SuzukiKasami, n, opts...)
 }

@@ -31,9 +31,11 @@ import "fmt"
 // entry costs one hop. At light load, one requester at a time, an entry
 // costs at most one wake, the hops from the resting place to the
 // requester, and the idle lap of n hops after the release: n+2 when the
-// requester follows its predecessor on the ring, fewer than 2n+1 in the
-// worst case. A lone requester waits up to n-1 hops. Channels may reorder
-// messages; hop numbers tell current wakes from stale ones.
+// requester follows its predecessor on the ring, at most 2n. A requester
+// that comes while the lap is still going costs no wake and, if it is next
+// on the ring, one hop. A lone requester waits for up to n-1 hops, plus
+// the wake. Channels may reorder messages; hop numbers tell current wakes
+// from stale ones.
 //
 // Fairness: the token visits the peers in ring order, so a waiting peer
 // enters before any other peer enters twice. There is no starvation.
@@ -42,9 +44,10 @@ import "fmt"
 // peer breaks the ring: the token is lost when it is sent to the crashed
 // peer, or with it, and from then on every request waits forever
 // (LockContext returns at its deadline). A lost token message does the
-// same. A partition stops the token at the cut: peers on the far side
-// wait until it heals; a wake lost in it leaves its sender waiting until
-// the token next passes by, which may be never if the token rests.
+// same. A partition that drops messages loses the token as soon as it is
+// passed across the cut; one that only delays them holds the token at the
+// cut until it heals. A lost wake leaves its sender waiting until the
+// token next comes by, which is never if the token rests.
 func NewTokenRing(n int, opts ...Option) (*Cluster, error) {
 	return New(TokenRing, n, opts...)
 }
