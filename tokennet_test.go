@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"sort"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -472,4 +473,229 @@ func BenchmarkTokenAlgorithms(b *testing.B) {
 			}
 		}
 	}
+}
+
+// tokState is one global state of an exhaustive exploration: every
+// machine, where each peer's user is, and the messages in flight.
+type tokState struct {
+	ms     []machine
+	phase  []byte // per peer: 0 idle, 1 waiting, 2 inside
+	left   []byte // per peer: requests it may still make
+	flight []Message
+}
+
+const (
+	phaseIdle byte = iota
+	phaseWaiting
+	phaseInside
+)
+
+func (s *tokState) clone() *tokState {
+	c := &tokState{
+		phase:  append([]byte(nil), s.phase...),
+		left:   append([]byte(nil), s.left...),
+		flight: append([]Message(nil), s.flight...),
+	}
+	for _, m := range s.ms {
+		c.ms = append(c.ms, m.clone())
+	}
+	return c
+}
+
+func appendMessage(b []byte, m Message) []byte {
+	b = append(b, byte(m.Kind))
+	b = appendInt(b, m.From)
+	b = appendInt(b, m.To)
+	b = appendUint(b, m.TS)
+	b = appendUint(b, m.Ref)
+	b = appendBool(b, m.Token != nil)
+	if m.Token != nil {
+		b = appendUints(b, m.Token.LN)
+		b = appendInts(b, m.Token.Queue)
+	}
+	return b
+}
+
+// key encodes the state canonically: messages in flight as a multiset, or
+// with fifo as one sequence per sender-receiver pair.
+func (s *tokState) key(fifo bool) string {
+	var b []byte
+	for i, m := range s.ms {
+		b = m.appendState(b)
+		b = append(b, s.phase[i], s.left[i])
+	}
+	msgs := make([]string, len(s.flight))
+	for i, m := range s.flight {
+		msgs[i] = string(appendMessage(nil, m))
+	}
+	if fifo {
+		// Grouped by pair, keeping the order within each pair.
+		idx := make([]int, len(s.flight))
+		for i := range idx {
+			idx[i] = i
+		}
+		sort.SliceStable(idx, func(i, j int) bool {
+			a, c := s.flight[idx[i]], s.flight[idx[j]]
+			return a.From < c.From || (a.From == c.From && a.To < c.To)
+		})
+		for i, k := range idx {
+			msgs[i] = string(appendMessage(nil, s.flight[k]))
+		}
+	} else {
+		sort.Strings(msgs)
+	}
+	for _, m := range msgs {
+		b = appendInt(b, len(m))
+		b = append(b, m...)
+	}
+	return string(b)
+}
+
+// deliverable lists the indexes of messages that may be delivered next.
+func (s *tokState) deliverable(fifo bool) []int {
+	var idx []int
+	for i, m := range s.flight {
+		first := true
+		if fifo {
+			for _, o := range s.flight[:i] {
+				if o.From == m.From && o.To == m.To {
+					first = false
+					break
+				}
+			}
+		}
+		if first {
+			idx = append(idx, i)
+		}
+	}
+	return idx
+}
+
+// tokExplore visits every state reachable when each of n peers asks for
+// the critical section rounds times, in every order of requests, releases
+// and deliveries. It checks one token and at most one peer inside in
+// every state, and that every state with nothing left to do has served
+// every request. It returns the number of distinct states.
+func tokExplore(alg Algorithm, n, rounds int, fifo bool, opts ...Option) (int, error) {
+	cfg, err := newConfig(alg, n, forSimulation, opts)
+	if err != nil {
+		return 0, err
+	}
+	start := &tokState{phase: make([]byte, n), left: make([]byte, n)}
+	for id := range n {
+		m, err := cfg.newMachine(alg, id, n)
+		if err != nil {
+			return 0, err
+		}
+		start.ms = append(start.ms, m)
+		start.left[id] = byte(rounds)
+	}
+	seen := map[string]bool{start.key(fifo): true}
+	queue := []*tokState{start}
+	var out output
+	apply := func(s *tokState, id int, ev event) error {
+		out.reset()
+		s.ms[id].step(ev, &out)
+		s.flight = append(s.flight, out.msgs...)
+		if out.entered {
+			if s.phase[id] != phaseWaiting {
+				return fmt.Errorf("peer %d entered without asking", id)
+			}
+			s.phase[id] = phaseInside
+		}
+		tokens, inside := 0, 0
+		for j, m := range s.ms {
+			if m.(tokenHolder).hasToken() {
+				tokens++
+			}
+			if s.phase[j] == phaseInside {
+				inside++
+			}
+		}
+		for _, m := range s.flight {
+			if isToken(m) {
+				tokens++
+			}
+		}
+		if tokens != 1 || inside > 1 {
+			return fmt.Errorf("%d tokens, %d peers inside", tokens, inside)
+		}
+		return nil
+	}
+	for len(queue) > 0 {
+		s := queue[0]
+		queue = queue[1:]
+		var next []*tokState
+		for id := range n {
+			switch {
+			case s.phase[id] == phaseIdle && s.left[id] > 0:
+				c := s.clone()
+				c.phase[id], c.left[id] = phaseWaiting, c.left[id]-1
+				if err := apply(c, id, event{kind: evRequest}); err != nil {
+					return len(seen), err
+				}
+				next = append(next, c)
+			case s.phase[id] == phaseInside:
+				c := s.clone()
+				c.phase[id] = phaseIdle
+				if err := apply(c, id, event{kind: evRelease}); err != nil {
+					return len(seen), err
+				}
+				next = append(next, c)
+			}
+		}
+		for _, i := range s.deliverable(fifo) {
+			c := s.clone()
+			m := c.flight[i]
+			c.flight = append(c.flight[:i], c.flight[i+1:]...)
+			if alg == SuzukiKasami && m.Kind == KindToken && c.phase[m.To] != phaseWaiting {
+				return len(seen), fmt.Errorf("token sent from peer %d to peer %d, which does not want it", m.From, m.To)
+			}
+			if err := apply(c, m.To, event{kind: evMessage, msg: m}); err != nil {
+				return len(seen), err
+			}
+			next = append(next, c)
+		}
+		if len(next) == 0 {
+			for id := range n {
+				if s.phase[id] != phaseIdle || s.left[id] != 0 {
+					return len(seen), fmt.Errorf("deadlock: peer %d is stuck with nothing in flight", id)
+				}
+			}
+		}
+		for _, c := range next {
+			if k := c.key(fifo); !seen[k] {
+				seen[k] = true
+				queue = append(queue, c)
+			}
+		}
+	}
+	return len(seen), nil
+}
+
+// TestTokenExhaustive explores every interleaving for three peers and
+// reports the number of distinct states; the outdated-token mutant must
+// be caught.
+func TestTokenExhaustive(t *testing.T) {
+	maxRounds := 2
+	if testing.Short() {
+		maxRounds = 1
+	}
+	for _, alg := range []Algorithm{SuzukiKasami, TokenRing, Raymond} {
+		for rounds := 1; rounds <= maxRounds; rounds++ {
+			for _, fifo := range []bool{true, false} {
+				name := fmt.Sprintf("%v/rounds=%d/fifo=%v", alg, rounds, fifo)
+				t.Run(name, func(t *testing.T) {
+					states, err := tokExplore(alg, 3, rounds, fifo)
+					require.NoError(t, err)
+					t.Logf("%s: %d states", name, states)
+				})
+			}
+		}
+	}
+	t.Run("suzuki-kasami mutant outdated-token", func(t *testing.T) {
+		states, err := tokExplore(SuzukiKasami, 3, 2, false, withMutant("outdated-token"))
+		require.Error(t, err)
+		t.Logf("caught after %d states: %v", states, err)
+	})
 }
