@@ -54,7 +54,7 @@ func WithTree(parent []int) Option {
 		algs:  []Algorithm{Raymond},
 		where: forAll,
 		apply: func(c *config) error {
-			if err := checkTree(parent, c.n); err != nil {
+			if err := checkRaymondTree(parent, c.n); err != nil {
 				return err
 			}
 			c.treeParent = parent
@@ -63,9 +63,9 @@ func WithTree(parent []int) Option {
 	}
 }
 
-// checkTree reports whether parent describes a tree over n peers: one
+// checkRaymondTree reports whether parent describes a tree over n peers: one
 // root with parent -1, every other parent a peer id, and no cycle.
-func checkTree(parent []int, n int) error {
+func checkRaymondTree(parent []int, n int) error {
 	if len(parent) != n {
 		return fmt.Errorf("%w: WithTree: %d parents for n = %d peers", ErrInvalidConfig, len(parent), n)
 	}

@@ -134,7 +134,7 @@ func TestRaymondStep(t *testing.T) {
 			assert.Equal(t, tt.wantEnter, out.entered, "entered")
 			assert.Equal(t, tt.wantHolder, r.holder, "holder")
 			assert.Equal(t, tt.wantAsked, r.asked, "asked")
-			assert.Equal(t, nonNilInts(tt.wantQueue), nonNilInts(r.queue), "queue")
+			assert.Equal(t, tokNonNilInts(tt.wantQueue), tokNonNilInts(r.queue), "queue")
 		})
 	}
 	t.Run("a second privilege panics", func(t *testing.T) {
@@ -144,7 +144,7 @@ func TestRaymondStep(t *testing.T) {
 	})
 }
 
-func nonNilInts(s []int) []int {
+func tokNonNilInts(s []int) []int {
 	if s == nil {
 		return []int{}
 	}

@@ -46,8 +46,8 @@ func newTokNet(t testing.TB, alg Algorithm, n int, opts ...Option) *tokNet {
 	return nw
 }
 
-// isToken reports whether m carries the token of a token algorithm.
-func isToken(m Message) bool { return m.Kind == KindToken || m.Kind == KindPrivilege }
+// tokIsToken reports whether m carries the token of a token algorithm.
+func tokIsToken(m Message) bool { return m.Kind == KindToken || m.Kind == KindPrivilege }
 
 // step applies ev to peer id and collects its output.
 func (nw *tokNet) step(id int, ev event) error {
@@ -175,7 +175,7 @@ func (nw *tokNet) check() error {
 		}
 	}
 	for _, m := range nw.inflight {
-		if isToken(m) {
+		if tokIsToken(m) {
 			tokens++
 		}
 	}
@@ -236,12 +236,12 @@ func (nw *tokNet) runRandom(rng *rand.Rand, fifo bool, rounds int) error {
 	return nil
 }
 
-// countingTransport wraps a Transport and keeps the books of token
+// tokTransport wraps a Transport and keeps the books of token
 // messages as the network sees them: a peer holds the token between
 // receiving it and sending it on. Every Send and every receipt checks,
 // under one lock, that each peer holds 0 or 1 tokens and that holders plus
 // tokens in flight make exactly one. The first violation is kept.
-type countingTransport struct {
+type tokTransport struct {
 	inner Transport
 	books *tokenBooks
 	id    int
@@ -297,15 +297,15 @@ func (b *tokenBooks) check() (moves int, err error) {
 	return b.moves, b.err
 }
 
-func newCountingTransport(inner Transport, books *tokenBooks, id int) *countingTransport {
-	c := &countingTransport{inner: inner, books: books, id: id, out: make(chan Message), done: make(chan struct{})}
+func newTokTransport(inner Transport, books *tokenBooks, id int) *tokTransport {
+	c := &tokTransport{inner: inner, books: books, id: id, out: make(chan Message), done: make(chan struct{})}
 	c.wg.Add(1)
 	go c.forward()
 	return c
 }
 
-func (c *countingTransport) Send(to int, m Message) error {
-	if isToken(m) {
+func (c *tokTransport) Send(to int, m Message) error {
+	if tokIsToken(m) {
 		// Booked before the receiver can see it, so a receipt never
 		// comes before its send in the books.
 		c.books.sent(c.id)
@@ -313,7 +313,7 @@ func (c *countingTransport) Send(to int, m Message) error {
 	return c.inner.Send(to, m)
 }
 
-func (c *countingTransport) forward() {
+func (c *tokTransport) forward() {
 	defer c.wg.Done()
 	defer close(c.out)
 	for {
@@ -322,7 +322,7 @@ func (c *countingTransport) forward() {
 			if !ok {
 				return
 			}
-			if isToken(m) {
+			if tokIsToken(m) {
 				c.books.received(c.id)
 			}
 			select {
@@ -336,9 +336,9 @@ func (c *countingTransport) forward() {
 	}
 }
 
-func (c *countingTransport) Recv() <-chan Message { return c.out }
+func (c *tokTransport) Recv() <-chan Message { return c.out }
 
-func (c *countingTransport) Close() error {
+func (c *tokTransport) Close() error {
 	var err error
 	c.once.Do(func() {
 		close(c.done)
@@ -366,7 +366,7 @@ func TestTokenUniquenessAtTransport(t *testing.T) {
 				nw := NewChanNetwork(n)
 				peers := make([]*Peer, n)
 				for id := range n {
-					p, err := NewPeer(alg, id, n, newCountingTransport(nw.Endpoint(id), books, id))
+					p, err := NewPeer(alg, id, n, newTokTransport(nw.Endpoint(id), books, id))
 					require.NoError(t, err)
 					peers[id] = p
 					t.Cleanup(func() { require.NoError(t, p.Close()) })
@@ -485,9 +485,9 @@ type tokState struct {
 }
 
 const (
-	phaseIdle byte = iota
-	phaseWaiting
-	phaseInside
+	tokIdle byte = iota
+	tokWaiting
+	tokInside
 )
 
 func (s *tokState) clone() *tokState {
@@ -502,7 +502,7 @@ func (s *tokState) clone() *tokState {
 	return c
 }
 
-func appendMessage(b []byte, m Message) []byte {
+func tokAppendMessage(b []byte, m Message) []byte {
 	b = append(b, byte(m.Kind))
 	b = appendInt(b, m.From)
 	b = appendInt(b, m.To)
@@ -526,7 +526,7 @@ func (s *tokState) key(fifo bool) string {
 	}
 	msgs := make([]string, len(s.flight))
 	for i, m := range s.flight {
-		msgs[i] = string(appendMessage(nil, m))
+		msgs[i] = string(tokAppendMessage(nil, m))
 	}
 	if fifo {
 		// Grouped by pair, keeping the order within each pair.
@@ -539,7 +539,7 @@ func (s *tokState) key(fifo bool) string {
 			return a.From < c.From || (a.From == c.From && a.To < c.To)
 		})
 		for i, k := range idx {
-			msgs[i] = string(appendMessage(nil, s.flight[k]))
+			msgs[i] = string(tokAppendMessage(nil, s.flight[k]))
 		}
 	} else {
 		sort.Strings(msgs)
@@ -598,22 +598,22 @@ func tokExplore(alg Algorithm, n, rounds int, fifo bool, opts ...Option) (int, e
 		s.ms[id].step(ev, &out)
 		s.flight = append(s.flight, out.msgs...)
 		if out.entered {
-			if s.phase[id] != phaseWaiting {
+			if s.phase[id] != tokWaiting {
 				return fmt.Errorf("peer %d entered without asking", id)
 			}
-			s.phase[id] = phaseInside
+			s.phase[id] = tokInside
 		}
 		tokens, inside := 0, 0
 		for j, m := range s.ms {
 			if m.(tokenHolder).hasToken() {
 				tokens++
 			}
-			if s.phase[j] == phaseInside {
+			if s.phase[j] == tokInside {
 				inside++
 			}
 		}
 		for _, m := range s.flight {
-			if isToken(m) {
+			if tokIsToken(m) {
 				tokens++
 			}
 		}
@@ -628,16 +628,16 @@ func tokExplore(alg Algorithm, n, rounds int, fifo bool, opts ...Option) (int, e
 		var next []*tokState
 		for id := range n {
 			switch {
-			case s.phase[id] == phaseIdle && s.left[id] > 0:
+			case s.phase[id] == tokIdle && s.left[id] > 0:
 				c := s.clone()
-				c.phase[id], c.left[id] = phaseWaiting, c.left[id]-1
+				c.phase[id], c.left[id] = tokWaiting, c.left[id]-1
 				if err := apply(c, id, event{kind: evRequest}); err != nil {
 					return len(seen), err
 				}
 				next = append(next, c)
-			case s.phase[id] == phaseInside:
+			case s.phase[id] == tokInside:
 				c := s.clone()
-				c.phase[id] = phaseIdle
+				c.phase[id] = tokIdle
 				if err := apply(c, id, event{kind: evRelease}); err != nil {
 					return len(seen), err
 				}
@@ -648,7 +648,7 @@ func tokExplore(alg Algorithm, n, rounds int, fifo bool, opts ...Option) (int, e
 			c := s.clone()
 			m := c.flight[i]
 			c.flight = append(c.flight[:i], c.flight[i+1:]...)
-			if alg == SuzukiKasami && m.Kind == KindToken && c.phase[m.To] != phaseWaiting {
+			if alg == SuzukiKasami && m.Kind == KindToken && c.phase[m.To] != tokWaiting {
 				return len(seen), fmt.Errorf("token sent from peer %d to peer %d, which does not want it", m.From, m.To)
 			}
 			if err := apply(c, m.To, event{kind: evMessage, msg: m}); err != nil {
@@ -658,7 +658,7 @@ func tokExplore(alg Algorithm, n, rounds int, fifo bool, opts ...Option) (int, e
 		}
 		if len(next) == 0 {
 			for id := range n {
-				if s.phase[id] != phaseIdle || s.left[id] != 0 {
+				if s.phase[id] != tokIdle || s.left[id] != 0 {
 					return len(seen), fmt.Errorf("deadlock: peer %d is stuck with nothing in flight", id)
 				}
 			}

@@ -297,8 +297,8 @@ func TestTokenRingCloneAndState(t *testing.T) {
 	assert.Equal(t, a.appendState(nil), b.appendState(nil))
 }
 
-// cpuTime returns the CPU time, user plus system, this process has used.
-func cpuTime(t *testing.T) time.Duration {
+// tokCPUTime returns the CPU time, user plus system, this process has used.
+func tokCPUTime(t *testing.T) time.Duration {
 	t.Helper()
 	var ru syscall.Rusage
 	require.NoError(t, syscall.Getrusage(syscall.RUSAGE_SELF, &ru))
@@ -360,9 +360,9 @@ func TestTokenRingIdleIsQuiet(t *testing.T) {
 	wg.Wait()
 
 	// Idle: one second.
-	idleFrom, cpuFrom := c.Stats(), cpuTime(t)
+	idleFrom, cpuFrom := c.Stats(), tokCPUTime(t)
 	time.Sleep(time.Second)
-	idle, cpu := c.Stats().Sub(idleFrom), cpuTime(t)-cpuFrom
+	idle, cpu := c.Stats().Sub(idleFrom), tokCPUTime(t)-cpuFrom
 
 	t.Logf("n=%d light load: %s, %.2f messages per entry", n, lightStats, float64(lightStats.Messages)/light)
 	t.Logf("n=%d full load: %s, %.3f messages per entry", n, fullStats, float64(fullStats.Messages)/float64(fullStats.Entries))
