@@ -63,8 +63,9 @@ func WithTree(parent []int) Option {
 	}
 }
 
-// checkRaymondTree reports whether parent describes a tree over n peers: one
-// root with parent -1, every other parent a peer id, and no cycle.
+// checkRaymondTree returns an error wrapping ErrInvalidConfig unless
+// parent describes a tree over n peers: one root with parent -1, every
+// other parent a peer id, and no cycle.
 func checkRaymondTree(parent []int, n int) error {
 	if len(parent) != n {
 		return fmt.Errorf("%w: WithTree: %d parents for n = %d peers", ErrInvalidConfig, len(parent), n)

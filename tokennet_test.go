@@ -673,9 +673,9 @@ func tokExplore(alg Algorithm, n, rounds int, fifo bool, opts ...Option) (int, e
 	return len(seen), nil
 }
 
-// TestTokenExhaustive explores every interleaving for three peers and
-// reports the number of distinct states; the outdated-token mutant must
-// be caught.
+// TestTokenExhaustive explores every interleaving for three peers (and
+// four, for the ring and Raymond) and reports the number of distinct
+// states; the outdated-token mutant must be caught.
 func TestTokenExhaustive(t *testing.T) {
 	maxRounds := 2
 	if testing.Short() {
@@ -687,6 +687,19 @@ func TestTokenExhaustive(t *testing.T) {
 				name := fmt.Sprintf("%v/rounds=%d/fifo=%v", alg, rounds, fifo)
 				t.Run(name, func(t *testing.T) {
 					states, err := tokExplore(alg, 3, rounds, fifo)
+					require.NoError(t, err)
+					t.Logf("%s: %d states", name, states)
+				})
+			}
+		}
+	}
+	if !testing.Short() {
+		// Four peers, one request each, for the cheaper state spaces.
+		for _, alg := range []Algorithm{TokenRing, Raymond} {
+			for _, fifo := range []bool{true, false} {
+				name := fmt.Sprintf("%v/n=4/rounds=1/fifo=%v", alg, fifo)
+				t.Run(name, func(t *testing.T) {
+					states, err := tokExplore(alg, 4, 1, fifo)
 					require.NoError(t, err)
 					t.Logf("%s: %d states", name, states)
 				})
