@@ -14,8 +14,8 @@ import "fmt"
 //
 // Idle policy: a classical ring passes the token forever, which would spin
 // a CPU in an idle cluster. Here the token rests at the peer where it
-// completes a full lap that nobody used: it is passed on with a count of
-// unused hops, and the n-th consecutive unused hop stops at its holder.
+// completes a full lap that nobody used: it carries the number of peers in
+// a row that did not want it, and the n-th such peer keeps it.
 // From the hop count and the idle count of its own last pass, every peer
 // knows where and at which hop the token will come to rest if nobody uses
 // it before. A peer that wants the token and cannot be sure it will come
@@ -25,17 +25,16 @@ import "fmt"
 // receiver pass the token on instead of resting it; a wake that arrives
 // after the token went by unresting is stale and is dropped. So no request
 // is ever stranded behind a resting token, and an idle cluster sends
-// nothing at all once the token rests. The test suite measures this.
+// nothing at all once the token rests.
 //
 // Cost: at full load, when every peer wants the critical section, each
 // entry costs one hop. At light load, one requester at a time, an entry
 // costs at most one wake, the hops from the resting place to the
 // requester, and the idle lap of n hops after the release: n+2 when the
-// requester follows its predecessor on the ring, at most 2n. A requester
-// that comes while the lap is still going costs no wake and, if it is next
-// on the ring, one hop. A lone requester waits for up to n-1 hops, plus
-// the wake. Channels may reorder messages; hop numbers tell current wakes
-// from stale ones.
+// requester follows its predecessor on the ring, at most 2n. A request
+// made while the lap is still going is served by that lap, at a lower
+// cost. A lone requester waits for up to n-1 hops, plus the wake. Channels
+// may reorder messages; hop numbers tell current wakes from stale ones.
 //
 // Fairness: the token visits the peers in ring order, so a waiting peer
 // enters before any other peer enters twice. There is no starvation.
