@@ -37,12 +37,12 @@ type algorithmSpec struct {
 
 var algorithms = [numAlgorithms]algorithmSpec{
 	Centralized:    {name: "centralized", build: newCentralized},
-	TokenRing:      {name: "token-ring"},
+	TokenRing:      {name: "token-ring", build: newTokenRing},
 	Lamport:        {name: "lamport", fifo: true, build: newLamport},
 	RicartAgrawala: {name: "ricart-agrawala", build: newRicart},
 	Maekawa:        {name: "maekawa", fifo: true},
-	SuzukiKasami:   {name: "suzuki-kasami"},
-	Raymond:        {name: "raymond"},
+	SuzukiKasami:   {name: "suzuki-kasami", build: newSuzukiKasami},
+	Raymond:        {name: "raymond", build: newRaymond},
 }
 
 // Algorithms returns every algorithm, in the order of the constants.

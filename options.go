@@ -47,6 +47,8 @@ type config struct {
 	implicitReplies bool    // Ricart-Agrawala: WithImplicitReplies
 	faults          *Faults // WithFaults
 
+	treeParent []int // Raymond: WithTree; nil means heap order
+
 	// mutant switches on a deliberately broken variant of the algorithm,
 	// for tests that show the checkers catch it. Empty in real use.
 	mutant string

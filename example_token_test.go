@@ -1,0 +1,87 @@
+package dmutex_test
+
+import (
+	"fmt"
+
+	"github.com/dmutex/dmutex"
+)
+
+// A peer that holds the idle Suzuki-Kasami token enters with no messages
+// at all; fetching the token costs N: N-1 requests and the token itself.
+func ExampleNewSuzukiKasami() {
+	c, err := dmutex.NewSuzukiKasami(3)
+	if err != nil {
+		panic(err)
+	}
+	defer c.Close()
+
+	hot := c.Peer(0) // starts with the token
+	for range 3 {
+		hot.Lock()
+		hot.Unlock()
+	}
+	fmt.Println("peer 0, three entries:", c.Stats())
+
+	p := c.Peer(2)
+	before := c.Stats()
+	p.Lock() // fetches the token
+	p.Unlock()
+	fmt.Println("peer 2, first entry:  ", c.Stats().Sub(before))
+
+	before = c.Stats()
+	p.Lock() // the token stayed here
+	p.Unlock()
+	fmt.Println("peer 2, second entry: ", c.Stats().Sub(before))
+	// Output:
+	// peer 0, three entries: entries=3 messages=0
+	// peer 2, first entry:   entries=1 messages=3 (request=2 token=1)
+	// peer 2, second entry:  entries=1 messages=0
+}
+
+// In Raymond's tree an entry costs a request and a privilege on every
+// edge between the requester and the holder. With 7 peers the tree is
+// 0 at the root, 1 and 2 below it, and 3, 4 | 5, 6 below those.
+func ExampleNewRaymond() {
+	c, err := dmutex.NewRaymond(7)
+	if err != nil {
+		panic(err)
+	}
+	defer c.Close()
+
+	for _, id := range []int{5, 6, 6, 3} { // 2 edges, 2 edges, none, 4 edges
+		before := c.Stats()
+		c.Peer(id).Lock()
+		c.Peer(id).Unlock()
+		fmt.Printf("peer %d: %v\n", id, c.Stats().Sub(before))
+	}
+	// Output:
+	// peer 5: entries=1 messages=4 (privilege=2 request=2)
+	// peer 6: entries=1 messages=4 (privilege=2 request=2)
+	// peer 6: entries=1 messages=0
+	// peer 3: entries=1 messages=8 (privilege=4 request=4)
+}
+
+// The token ring's token starts at rest at peer 0, which enters for free.
+// After a release the token makes one lap, serving whoever wants it, and
+// comes to rest again when a full lap went unused.
+func ExampleNewTokenRing() {
+	c, err := dmutex.NewTokenRing(4)
+	if err != nil {
+		panic(err)
+	}
+	defer c.Close()
+
+	p := c.Peer(0)
+	p.Lock()
+	fmt.Println(c.Stats())
+	p.Unlock()
+
+	for _, p := range c.Peers() {
+		p.Lock()
+		p.Unlock()
+	}
+	fmt.Println("entries:", c.Stats().Entries)
+	// Output:
+	// entries=1 messages=0
+	// entries: 5
+}

@@ -1,0 +1,193 @@
+package dmutex
+
+import "fmt"
+
+// NewRaymond starts n peers running Raymond's tree-based token algorithm
+// over a static spanning tree, by default in heap order: the parent of
+// peer i is (i-1)/2, and the root, peer 0, starts with the privilege (the
+// token). WithTree sets another tree.
+//
+// Raymond, "A tree-based algorithm for distributed mutual exclusion", ACM
+// Transactions on Computer Systems 7(1), 1989. Every peer keeps HOLDER,
+// itself or the neighbour in the direction of the privilege, a FIFO queue
+// of neighbours (and itself) that asked it, and an ASKED flag, so that it
+// asks its HOLDER at most once for all of them. A REQUEST message goes one
+// edge towards the privilege; a PRIVILEGE message moves the privilege one
+// edge back towards the oldest request. Neither carries data.
+//
+// Cost: an entry by the holder of the idle privilege sends nothing; any
+// other entry costs a request and a privilege on each edge of the path
+// between the requester and the holder, 2d messages for distance d, at
+// most twice the tree's diameter (about 4 log2 n on the default tree) and
+// O(log n) on average on a balanced tree. Under contention requests merge
+// in the queues and the cost per entry falls. Channels may reorder
+// messages.
+//
+// Fairness: each peer serves its queue in FIFO order and the tree has no
+// cycles, so every request is served after finitely many entries by
+// others; there is no starvation. Entries are not in request order.
+//
+// Failures: the algorithm assumes reliable peers and channels. A crashed
+// peer cuts the tree: the privilege is lost if the crashed peer held it
+// or is sent it on the way, and requests from the subtrees it separates
+// can no longer reach the privilege; those peers wait forever
+// (LockContext returns at its deadline). A lost privilege message blocks
+// every later request; a lost request blocks every request that was
+// queued behind it at its sender, since ASKED stops the sender from asking
+// again. A partition blocks the side without the privilege until it heals.
+func NewRaymond(n int, opts ...Option) (*Cluster, error) {
+	return New(Raymond, n, opts...)
+}
+
+// WithTree gives Raymond's algorithm the spanning tree to use instead of
+// the balanced heap order: parent[i] is the parent of peer i, and the one
+// peer whose parent is -1 is the root, which starts with the privilege.
+// The tree must span all n peers without a cycle. Every peer of a cluster
+// must be given the same tree. A star (peer 0 the root, every other
+// peer's parent 0) costs at most 4 messages per entry but loads its
+// centre; a path makes the diameter n-1. It applies to Raymond only;
+// parent is copied.
+func WithTree(parent []int) Option {
+	parent = append([]int(nil), parent...)
+	return Option{
+		name:  "WithTree",
+		algs:  []Algorithm{Raymond},
+		where: forAll,
+		apply: func(c *config) error {
+			if err := checkRaymondTree(parent, c.n); err != nil {
+				return err
+			}
+			c.treeParent = parent
+			return nil
+		},
+	}
+}
+
+// checkRaymondTree returns an error wrapping ErrInvalidConfig unless
+// parent describes a tree over n peers: one root with parent -1, every
+// other parent a peer id, and no cycle.
+func checkRaymondTree(parent []int, n int) error {
+	if len(parent) != n {
+		return fmt.Errorf("%w: WithTree: %d parents for n = %d peers", ErrInvalidConfig, len(parent), n)
+	}
+	root := -1
+	for i, p := range parent {
+		switch {
+		case p == -1 && root >= 0:
+			return fmt.Errorf("%w: WithTree: two roots, peers %d and %d", ErrInvalidConfig, root, i)
+		case p == -1:
+			root = i
+		case p < 0 || p >= n || p == i:
+			return fmt.Errorf("%w: WithTree: parent of peer %d is %d, want -1 or another peer in [0, %d)", ErrInvalidConfig, i, p, n)
+		}
+	}
+	if root < 0 {
+		return fmt.Errorf("%w: WithTree: no root (a parent of -1)", ErrInvalidConfig)
+	}
+	// Every walk up from a peer must reach the root within n-1 steps.
+	for i := range parent {
+		j := i
+		for steps := 0; parent[j] != -1; steps++ {
+			if steps == n {
+				return fmt.Errorf("%w: WithTree: peer %d is on a cycle, not under root %d", ErrInvalidConfig, i, root)
+			}
+			j = parent[j]
+		}
+	}
+	return nil
+}
+
+// raymond is one node of Raymond's tree.
+type raymond struct {
+	id int
+
+	holder int   // self, or the neighbour towards the privilege
+	using  bool  // in the critical section
+	asked  bool  // a request for the queue's head went to holder
+	queue  []int // FIFO of neighbours, or self, waiting for the privilege
+}
+
+// raymondParent is the parent of peer i in the default tree, heap order.
+func raymondParent(i int) int { return (i - 1) / 2 }
+
+func newRaymond(id, n int, cfg *config) (machine, error) {
+	r := &raymond{id: id, holder: id}
+	switch {
+	case cfg.treeParent != nil:
+		if p := cfg.treeParent[id]; p >= 0 {
+			r.holder = p
+		}
+	case id != 0:
+		r.holder = raymondParent(id)
+	}
+	return r, nil
+}
+
+func (r *raymond) step(ev event, out *output) {
+	switch ev.kind {
+	case evRequest:
+		r.queue = append(r.queue, r.id)
+	case evRelease:
+		r.using = false
+	case evMessage:
+		m := ev.msg
+		switch m.Kind {
+		case KindRequest:
+			r.queue = append(r.queue, m.From)
+		case KindPrivilege:
+			if r.holder == r.id {
+				panic(fmt.Sprintf("dmutex: raymond peer %d received a second privilege from peer %d", r.id, m.From))
+			}
+			r.holder = r.id
+		default:
+			return
+		}
+	}
+	r.assignPrivilege(out)
+	r.makeRequest(out)
+}
+
+// assignPrivilege hands the idle privilege to the queue's head: this
+// peer enters, or the privilege moves one edge towards the head's request.
+func (r *raymond) assignPrivilege(out *output) {
+	if r.holder != r.id || r.using || len(r.queue) == 0 {
+		return
+	}
+	r.holder = r.queue[0]
+	// Shift rather than reslice, so the queue's array is reused and a
+	// hot holder's entry allocates nothing. The queue holds at most the
+	// peer and its neighbours.
+	r.queue = r.queue[:copy(r.queue, r.queue[1:])]
+	r.asked = false
+	if r.holder == r.id {
+		r.using = true
+		out.enter()
+		return
+	}
+	out.send(Message{Kind: KindPrivilege, From: r.id, To: r.holder})
+}
+
+// makeRequest asks the holder for the privilege, once, when someone here
+// waits for it.
+func (r *raymond) makeRequest(out *output) {
+	if r.holder == r.id || len(r.queue) == 0 || r.asked {
+		return
+	}
+	out.send(Message{Kind: KindRequest, From: r.id, To: r.holder})
+	r.asked = true
+}
+
+func (r *raymond) hasToken() bool { return r.holder == r.id }
+
+func (r *raymond) clone() machine {
+	c := *r
+	c.queue = append([]int(nil), r.queue...)
+	return &c
+}
+
+func (r *raymond) appendState(b []byte) []byte {
+	b = appendInt(b, r.holder)
+	b = appendBool(b, r.using)
+	b = appendBool(b, r.asked)
+	return appendInts(b, r.queue)
+}

@@ -1,0 +1,187 @@
+package dmutex
+
+import "fmt"
+
+// NewSuzukiKasami starts n peers running the Suzuki-Kasami broadcast token
+// algorithm; the token starts at peer 0.
+//
+// Suzuki and Kasami, "A distributed mutual exclusion algorithm", ACM
+// Transactions on Computer Systems 3(4), 1985. Every peer keeps RN, the
+// highest request number it has seen from each peer; the token carries LN,
+// the number of each peer's last satisfied request, and a FIFO queue of
+// peers waiting for it. A request is a REQUEST message (TS is the request
+// number) to every other peer; the token travels in a token message whose
+// Token field holds LN and the queue.
+//
+// Cost: a peer that holds the idle token enters with no messages at all;
+// any other entry costs N-1 requests and one token message, N in total.
+// The synchronization delay is one message. Channels may reorder messages:
+// a request that arrives after the entry it asked for is outdated
+// (its number is at most LN) and never moves the token.
+//
+// Fairness: a releasing holder appends every peer with an unsatisfied
+// request to the token's queue, scanning from its successor round the
+// ring, and hands the token to the queue's head, so every request is
+// served after finitely many entries by others; there is no starvation.
+//
+// Failures: the algorithm assumes reliable peers and channels. A peer
+// that crashes holding the token, or a token message that is lost, leaves
+// the cluster without a token, and every later request from another peer
+// waits forever (LockContext returns at its deadline). A peer that crashes
+// without the token does no harm unless it had a request outstanding: the
+// token sent to serve it is lost with it. A token sent across a partition
+// that drops messages is lost too. A partition blocks every peer cut off
+// from the token's side. Requests are never sent twice, so a request lost
+// to a partition is served only if some peer that did see it later holds
+// the token and queues it at release; otherwise its requester waits
+// forever, even after the partition heals.
+func NewSuzukiKasami(n int, opts ...Option) (*Cluster, error) {
+	return New(SuzukiKasami, n, opts...)
+}
+
+// suzukiKasami is one peer of the Suzuki-Kasami algorithm.
+//
+// A token received is copied, never adopted: the message that carried it
+// may still be read by whoever holds a copy of it (the model checker
+// delivers one message in several explored orders), so a Token that left
+// a machine in a message is never written again by anyone.
+type suzukiKasami struct {
+	id, n int
+
+	// outdated is the test mutant "outdated-token": an idle holder sends
+	// the token for any request, even one already satisfied.
+	outdated bool
+
+	rn      []uint64 // rn[j]: highest request number seen from peer j
+	token   *Token   // the token while this peer holds it, else nil
+	wanting bool     // our request is out and the token has not come yet
+	inside  bool     // in the critical section (always with the token)
+
+	queued []bool // scratch for release: marks peers already in the queue; not state
+}
+
+func newSuzukiKasami(id, n int, cfg *config) (machine, error) {
+	s := &suzukiKasami{
+		id:       id,
+		n:        n,
+		outdated: cfg.mutant == "outdated-token",
+		rn:       make([]uint64, n),
+	}
+	if id == 0 {
+		s.token = &Token{LN: make([]uint64, n)}
+	}
+	return s, nil
+}
+
+func (s *suzukiKasami) step(ev event, out *output) {
+	switch ev.kind {
+	case evRequest:
+		if s.token != nil {
+			// The token is here and idle: enter without a message.
+			s.inside = true
+			out.enter()
+			return
+		}
+		s.rn[s.id]++
+		s.wanting = true
+		out.broadcast(s.id, s.n, Message{Kind: KindRequest, TS: s.rn[s.id]})
+	case evRelease:
+		s.release(out)
+	case evMessage:
+		m := ev.msg
+		switch m.Kind {
+		case KindRequest:
+			s.onRequest(m.From, m.TS, out)
+		case KindToken:
+			s.onToken(m, out)
+		}
+	}
+}
+
+// onRequest records request number num from peer j and, if this peer
+// holds the token idle and the request is not yet satisfied, sends the
+// token to j at once.
+func (s *suzukiKasami) onRequest(j int, num uint64, out *output) {
+	s.rn[j] = max(s.rn[j], num)
+	if s.token == nil || s.inside {
+		return
+	}
+	// An outdated request (num <= LN[j]) leaves rn[j] == LN[j], so this
+	// test refuses it; the mutant skips the test.
+	if s.outdated || s.rn[j] == s.token.LN[j]+1 {
+		s.sendToken(j, out)
+	}
+}
+
+// onToken takes the token and enters if this peer is waiting for it. A
+// token that nobody here asked for (only the mutant sends one) stays here
+// idle until a request comes.
+func (s *suzukiKasami) onToken(m Message, out *output) {
+	if m.Token == nil || len(m.Token.LN) != s.n {
+		return // not a token of this cluster; a transport must not deliver it
+	}
+	if s.token != nil {
+		panic(fmt.Sprintf("dmutex: suzuki-kasami peer %d received a second token from peer %d", s.id, m.From))
+	}
+	s.token = m.Token.clone()
+	if s.wanting {
+		s.wanting = false
+		s.inside = true
+		out.enter()
+	}
+}
+
+// release records our request as satisfied, queues every peer with an
+// unsatisfied request, and hands the token to the head of the queue.
+func (s *suzukiKasami) release(out *output) {
+	s.inside = false
+	t := s.token
+	t.LN[s.id] = s.rn[s.id]
+	if s.queued == nil {
+		s.queued = make([]bool, s.n)
+	}
+	for _, j := range t.Queue {
+		s.queued[j] = true
+	}
+	for k := 1; k < s.n; k++ {
+		j := (s.id + k) % s.n
+		if !s.queued[j] && s.rn[j] == t.LN[j]+1 {
+			t.Queue = append(t.Queue, j)
+		}
+	}
+	for _, j := range t.Queue {
+		s.queued[j] = false
+	}
+	if len(t.Queue) > 0 {
+		j := t.Queue[0]
+		t.Queue = t.Queue[1:]
+		s.sendToken(j, out)
+	}
+}
+
+// sendToken gives the token away; this machine never touches it again.
+func (s *suzukiKasami) sendToken(j int, out *output) {
+	out.send(Message{Kind: KindToken, From: s.id, To: j, Token: s.token})
+	s.token = nil
+}
+
+func (s *suzukiKasami) hasToken() bool { return s.token != nil }
+
+func (s *suzukiKasami) clone() machine {
+	c := *s
+	c.rn = append([]uint64(nil), s.rn...)
+	c.token = s.token.clone()
+	c.queued = nil
+	return &c
+}
+
+func (s *suzukiKasami) appendState(b []byte) []byte {
+	b = appendUints(b, s.rn)
+	b = appendBool(b, s.token != nil)
+	if s.token != nil {
+		b = appendUints(b, s.token.LN)
+		b = appendInts(b, s.token.Queue)
+	}
+	b = appendBool(b, s.wanting)
+	return appendBool(b, s.inside)
+}

@@ -1,0 +1,714 @@
+package dmutex
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sort"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// tokNet drives the machines of one token algorithm by hand, with no
+// goroutines: the test decides which message is delivered next. It
+// counts every message at the moment a machine hands it over, and checks
+// after every step that exactly one token exists (held, or in flight)
+// and at most one peer is inside.
+type tokNet struct {
+	alg      Algorithm
+	ms       []machine
+	inflight []Message
+	wanting  []bool
+	inside   []bool
+	sent     [numKinds]int
+	entries  int
+	out      output
+}
+
+func newTokNet(t testing.TB, alg Algorithm, n int, opts ...Option) *tokNet {
+	t.Helper()
+	cfg, err := newConfig(alg, n, forSimulation, opts)
+	require.NoError(t, err)
+	nw := &tokNet{alg: alg, wanting: make([]bool, n), inside: make([]bool, n)}
+	for id := range n {
+		m, err := cfg.newMachine(alg, id, n)
+		require.NoError(t, err)
+		nw.ms = append(nw.ms, m)
+	}
+	require.NoError(t, nw.check())
+	return nw
+}
+
+// tokIsToken reports whether m carries the token of a token algorithm.
+func tokIsToken(m Message) bool { return m.Kind == KindToken || m.Kind == KindPrivilege }
+
+// step applies ev to peer id and collects its output.
+func (nw *tokNet) step(id int, ev event) error {
+	nw.out.reset()
+	nw.ms[id].step(ev, &nw.out)
+	for _, m := range nw.out.msgs {
+		if m.From != id || m.To == id || m.To < 0 || m.To >= len(nw.ms) {
+			return fmt.Errorf("peer %d sent a malformed message %+v", id, m)
+		}
+		nw.sent[m.Kind]++
+		nw.inflight = append(nw.inflight, m)
+	}
+	if nw.out.entered {
+		if nw.inside[id] || !nw.wanting[id] {
+			return fmt.Errorf("peer %d entered without asking", id)
+		}
+		nw.wanting[id] = false
+		nw.inside[id] = true
+		nw.entries++
+	}
+	return nw.check()
+}
+
+// request asks for the critical section at peer id.
+func (nw *tokNet) request(id int) error {
+	if nw.wanting[id] || nw.inside[id] {
+		return nil // the driver never asks twice
+	}
+	nw.wanting[id] = true
+	return nw.step(id, event{kind: evRequest})
+}
+
+// release leaves the critical section at peer id.
+func (nw *tokNet) release(id int) error {
+	nw.inside[id] = false
+	return nw.step(id, event{kind: evRelease})
+}
+
+// deliver hands in-flight message i to its receiver.
+func (nw *tokNet) deliver(i int) error {
+	m := nw.inflight[i]
+	nw.inflight = append(nw.inflight[:i], nw.inflight[i+1:]...)
+	if nw.alg == SuzukiKasami && m.Kind == KindToken && !nw.wanting[m.To] {
+		// Suzuki-Kasami sends the token only to serve a request that is
+		// still outstanding, so its receiver always waits for it.
+		return fmt.Errorf("token sent from peer %d to peer %d, which does not want it", m.From, m.To)
+	}
+	return nw.step(m.To, event{kind: evMessage, msg: m})
+}
+
+// next picks the message to deliver: the oldest one, or with rng a random
+// one (the newest one half the time), which in fifo mode is the oldest of
+// its sender-receiver pair.
+func (nw *tokNet) next(rng *rand.Rand, fifo bool) int {
+	if rng == nil {
+		return 0
+	}
+	i := rng.IntN(len(nw.inflight))
+	if rng.IntN(2) == 0 {
+		// Favour the newest message half the time, so that old ones
+		// linger and arrive late, long after their moment.
+		i = len(nw.inflight) - 1
+	}
+	if fifo {
+		for j := range i {
+			if nw.inflight[j].From == nw.inflight[i].From && nw.inflight[j].To == nw.inflight[i].To {
+				return j
+			}
+		}
+	}
+	return i
+}
+
+// drain delivers messages until none is left, releasing every peer that
+// enters as soon as it does. It fails after limit deliveries, so a token
+// that never rests is caught.
+func (nw *tokNet) drain(rng *rand.Rand, fifo bool, limit int) error {
+	for steps := 0; len(nw.inflight) > 0; steps++ {
+		if steps == limit {
+			return fmt.Errorf("still %d messages in flight after %d deliveries", len(nw.inflight), limit)
+		}
+		if err := nw.deliver(nw.next(rng, fifo)); err != nil {
+			return err
+		}
+		if err := nw.releaseAll(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (nw *tokNet) releaseAll() error {
+	for id, in := range nw.inside {
+		if in {
+			if err := nw.release(id); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// total returns the number of messages sent so far.
+func (nw *tokNet) total() int {
+	var s int
+	for _, v := range nw.sent {
+		s += v
+	}
+	return s
+}
+
+// check verifies the safety invariants: one token, held or in flight;
+// at most one peer inside, and only a peer that holds the token.
+func (nw *tokNet) check() error {
+	tokens, inside := 0, 0
+	for id, m := range nw.ms {
+		if m.(tokenHolder).hasToken() {
+			tokens++
+		}
+		if nw.inside[id] {
+			inside++
+			if !m.(tokenHolder).hasToken() {
+				return fmt.Errorf("peer %d is inside without the token", id)
+			}
+		}
+	}
+	for _, m := range nw.inflight {
+		if tokIsToken(m) {
+			tokens++
+		}
+	}
+	if tokens != 1 {
+		return fmt.Errorf("%d tokens exist, want exactly 1", tokens)
+	}
+	if inside > 1 {
+		return fmt.Errorf("%d peers inside", inside)
+	}
+	return nil
+}
+
+// runRandom makes every peer request rounds times at random moments while
+// messages are delivered in a random (seeded, replayable) order, then
+// drains the network and checks that every request was served.
+func (nw *tokNet) runRandom(rng *rand.Rand, fifo bool, rounds int) error {
+	n := len(nw.ms)
+	left := make([]int, n)
+	for i := range left {
+		left[i] = rounds
+	}
+	pending := n * rounds
+	for steps := 0; pending > 0 || len(nw.inflight) > 0; steps++ {
+		if steps > 100000 {
+			return fmt.Errorf("no progress after %d steps", steps)
+		}
+		var err error
+		switch c := rng.IntN(3); {
+		case c == 0 && pending > 0:
+			id := rng.IntN(n)
+			if left[id] > 0 && !nw.wanting[id] && !nw.inside[id] {
+				left[id]--
+				pending--
+				err = nw.request(id)
+			}
+		case c == 1:
+			err = nw.releaseAll()
+		case len(nw.inflight) > 0:
+			err = nw.deliver(nw.next(rng, fifo))
+		}
+		if err != nil {
+			return err
+		}
+		if len(nw.inflight) == 0 && pending == 0 {
+			if err := nw.releaseAll(); err != nil {
+				return err
+			}
+		}
+	}
+	for id := range n {
+		if nw.wanting[id] {
+			return fmt.Errorf("peer %d still waits with no message in flight (a stranded request)", id)
+		}
+	}
+	if nw.entries != n*rounds {
+		return fmt.Errorf("%d entries, want %d", nw.entries, n*rounds)
+	}
+	return nil
+}
+
+// tokTransport wraps a Transport and keeps the books of token
+// messages as the network sees them: a peer holds the token between
+// receiving it and sending it on. Every Send and every receipt checks,
+// under one lock, that each peer holds 0 or 1 tokens and that holders plus
+// tokens in flight make exactly one. The first violation is kept.
+type tokTransport struct {
+	inner Transport
+	books *tokenBooks
+	id    int
+	out   chan Message
+	done  chan struct{}
+	wg    sync.WaitGroup
+	once  sync.Once
+}
+
+type tokenBooks struct {
+	mu       sync.Mutex
+	held     []int // per peer: tokens received (or given at start) minus sent
+	inflight int
+	moves    int
+	err      error
+}
+
+func newTokenBooks(n, start int) *tokenBooks {
+	b := &tokenBooks{held: make([]int, n)}
+	b.held[start] = 1
+	return b
+}
+
+// sent books a token leaving peer id; received books one arriving there.
+func (b *tokenBooks) sent(id int)     { b.book(id, -1) }
+func (b *tokenBooks) received(id int) { b.book(id, +1) }
+
+func (b *tokenBooks) book(id, delta int) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.held[id] += delta
+	b.inflight -= delta
+	if delta < 0 {
+		b.moves++
+	}
+	holders := 0
+	for j, h := range b.held {
+		if h != 0 && h != 1 && b.err == nil {
+			b.err = fmt.Errorf("peer %d holds %d tokens", j, h)
+		}
+		if h > 0 {
+			holders++
+		}
+	}
+	if holders+b.inflight != 1 && b.err == nil {
+		b.err = fmt.Errorf("%d holders and %d tokens in flight", holders, b.inflight)
+	}
+}
+
+func (b *tokenBooks) check() (moves int, err error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.moves, b.err
+}
+
+func newTokTransport(inner Transport, books *tokenBooks, id int) *tokTransport {
+	c := &tokTransport{inner: inner, books: books, id: id, out: make(chan Message), done: make(chan struct{})}
+	c.wg.Add(1)
+	go c.forward()
+	return c
+}
+
+func (c *tokTransport) Send(to int, m Message) error {
+	if tokIsToken(m) {
+		// Booked before the receiver can see it, so a receipt never
+		// comes before its send in the books.
+		c.books.sent(c.id)
+	}
+	return c.inner.Send(to, m)
+}
+
+func (c *tokTransport) forward() {
+	defer c.wg.Done()
+	defer close(c.out)
+	for {
+		select {
+		case m, ok := <-c.inner.Recv():
+			if !ok {
+				return
+			}
+			if tokIsToken(m) {
+				c.books.received(c.id)
+			}
+			select {
+			case c.out <- m:
+			case <-c.done:
+				return
+			}
+		case <-c.done:
+			return
+		}
+	}
+}
+
+func (c *tokTransport) Recv() <-chan Message { return c.out }
+
+func (c *tokTransport) Close() error {
+	var err error
+	c.once.Do(func() {
+		close(c.done)
+		err = c.inner.Close()
+		c.wg.Wait()
+	})
+	return err
+}
+
+// TestTokenUniquenessAtTransport runs each token algorithm over real peers
+// whose transports keep the books of token messages, while callers lock,
+// and give up at random short deadlines, on every peer. From the
+// network's view, exactly one token exists at every moment, and no peer
+// ever holds two; a token withdrawn on its way is neither lost nor
+// duplicated, so every peer can still lock at the end.
+func TestTokenUniquenessAtTransport(t *testing.T) {
+	calls := 300
+	if testing.Short() {
+		calls = 60
+	}
+	for _, alg := range []Algorithm{SuzukiKasami, TokenRing, Raymond} {
+		for _, n := range []int{2, 5, 8} {
+			t.Run(alg.String()+"/n="+strconv.Itoa(n), func(t *testing.T) {
+				books := newTokenBooks(n, 0)
+				nw := NewChanNetwork(n)
+				peers := make([]*Peer, n)
+				for id := range n {
+					p, err := NewPeer(alg, id, n, newTokTransport(nw.Endpoint(id), books, id))
+					require.NoError(t, err)
+					peers[id] = p
+					t.Cleanup(func() { require.NoError(t, p.Close()) })
+				}
+				var g guard
+				var wg sync.WaitGroup
+				var gaveUp atomic.Int64
+				errs := make(chan error, 2*n)
+				for i := range 2 * n {
+					wg.Go(func() {
+						p := peers[i%n]
+						rng := rand.New(rand.NewPCG(uint64(i), 9))
+						for range calls / 2 {
+							d := time.Duration(rng.IntN(300)) * time.Microsecond
+							ctx, cancel := context.WithTimeout(context.Background(), d)
+							err := p.LockContext(ctx)
+							cancel()
+							if err == nil {
+								if err := g.enter(p.ID()); err != nil {
+									errs <- err
+								}
+								g.leave()
+								p.Unlock()
+							} else if errors.Is(err, context.DeadlineExceeded) {
+								gaveUp.Add(1)
+							} else {
+								errs <- err
+							}
+						}
+					})
+				}
+				wg.Wait()
+				close(errs)
+				for err := range errs {
+					require.NoError(t, err)
+				}
+				for _, p := range peers {
+					lockWithin(t, p, 10*time.Second)
+					p.Unlock()
+				}
+				moves, err := books.check()
+				require.NoError(t, err)
+				t.Logf("%d token moves checked; %d of %d calls gave up", moves, gaveUp.Load(), n*calls)
+				if n > 1 {
+					assert.Positive(t, moves)
+				}
+			})
+		}
+	}
+}
+
+// TestTokenBooks shows the transport's books catch a duplicated or a
+// conjured token.
+func TestTokenBooks(t *testing.T) {
+	tests := []struct {
+		name    string
+		moves   func(b *tokenBooks)
+		wantErr string
+	}{
+		{"a token passed along", func(b *tokenBooks) { b.sent(0); b.received(1); b.sent(1); b.received(2) }, ""},
+		{"a holder sends it twice", func(b *tokenBooks) { b.sent(0); b.sent(0) }, "peer 0 holds -1 tokens"},
+		{"a peer sends one it never got", func(b *tokenBooks) { b.sent(1) }, "peer 1 holds -1 tokens"},
+		{"a second arrives where one is held", func(b *tokenBooks) { b.sent(0); b.received(1); b.sent(2); b.received(1) }, "peer 2 holds -1 tokens"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			b := newTokenBooks(3, 0)
+			tt.moves(b)
+			_, err := b.check()
+			if tt.wantErr == "" {
+				require.NoError(t, err)
+			} else {
+				require.EqualError(t, err, tt.wantErr)
+			}
+		})
+	}
+}
+
+// BenchmarkTokenAlgorithms times one lock and unlock, either always at
+// peer 0 ("hot": the Suzuki-Kasami and Raymond token stays there) or at
+// each peer in turn ("round-robin"), and reports the messages counted at
+// the transport per entry.
+func BenchmarkTokenAlgorithms(b *testing.B) {
+	for _, alg := range []Algorithm{SuzukiKasami, TokenRing, Raymond} {
+		for _, n := range []int{3, 8, 32} {
+			for _, mode := range []string{"hot", "round-robin"} {
+				b.Run(alg.String()+"/n="+strconv.Itoa(n)+"/"+mode, func(b *testing.B) {
+					c, err := New(alg, n)
+					require.NoError(b, err)
+					defer func() { require.NoError(b, c.Close()) }()
+					b.ReportAllocs()
+					i := 0
+					for b.Loop() {
+						p := c.Peer(0)
+						if mode != "hot" {
+							p = c.Peer(i % n)
+							i++
+						}
+						p.Lock()
+						p.Unlock()
+					}
+					b.ReportMetric(float64(c.Stats().Messages)/float64(c.Stats().Entries), "msgs/op")
+				})
+			}
+		}
+	}
+}
+
+// tokState is one global state of an exhaustive exploration: every
+// machine, where each peer's user is, and the messages in flight.
+type tokState struct {
+	ms     []machine
+	phase  []byte // per peer: 0 idle, 1 waiting, 2 inside
+	left   []byte // per peer: requests it may still make
+	flight []Message
+}
+
+const (
+	tokIdle byte = iota
+	tokWaiting
+	tokInside
+)
+
+func (s *tokState) clone() *tokState {
+	c := &tokState{
+		phase:  append([]byte(nil), s.phase...),
+		left:   append([]byte(nil), s.left...),
+		flight: append([]Message(nil), s.flight...),
+	}
+	for _, m := range s.ms {
+		c.ms = append(c.ms, m.clone())
+	}
+	return c
+}
+
+func tokAppendMessage(b []byte, m Message) []byte {
+	b = append(b, byte(m.Kind))
+	b = appendInt(b, m.From)
+	b = appendInt(b, m.To)
+	b = appendUint(b, m.TS)
+	b = appendUint(b, m.Ref)
+	b = appendBool(b, m.Token != nil)
+	if m.Token != nil {
+		b = appendUints(b, m.Token.LN)
+		b = appendInts(b, m.Token.Queue)
+	}
+	return b
+}
+
+// key encodes the state canonically: messages in flight as a multiset, or
+// with fifo as one sequence per sender-receiver pair.
+func (s *tokState) key(fifo bool) string {
+	var b []byte
+	for i, m := range s.ms {
+		b = m.appendState(b)
+		b = append(b, s.phase[i], s.left[i])
+	}
+	msgs := make([]string, len(s.flight))
+	for i, m := range s.flight {
+		msgs[i] = string(tokAppendMessage(nil, m))
+	}
+	if fifo {
+		// Grouped by pair, keeping the order within each pair.
+		idx := make([]int, len(s.flight))
+		for i := range idx {
+			idx[i] = i
+		}
+		sort.SliceStable(idx, func(i, j int) bool {
+			a, c := s.flight[idx[i]], s.flight[idx[j]]
+			return a.From < c.From || (a.From == c.From && a.To < c.To)
+		})
+		for i, k := range idx {
+			msgs[i] = string(tokAppendMessage(nil, s.flight[k]))
+		}
+	} else {
+		sort.Strings(msgs)
+	}
+	for _, m := range msgs {
+		b = appendInt(b, len(m))
+		b = append(b, m...)
+	}
+	return string(b)
+}
+
+// deliverable lists the indexes of messages that may be delivered next.
+func (s *tokState) deliverable(fifo bool) []int {
+	var idx []int
+	for i, m := range s.flight {
+		first := true
+		if fifo {
+			for _, o := range s.flight[:i] {
+				if o.From == m.From && o.To == m.To {
+					first = false
+					break
+				}
+			}
+		}
+		if first {
+			idx = append(idx, i)
+		}
+	}
+	return idx
+}
+
+// tokExplore visits every state reachable when each of n peers asks for
+// the critical section rounds times, in every order of requests, releases
+// and deliveries. It checks one token and at most one peer inside in
+// every state, and that every state with nothing left to do has served
+// every request. It returns the number of distinct states.
+func tokExplore(alg Algorithm, n, rounds int, fifo bool, opts ...Option) (int, error) {
+	cfg, err := newConfig(alg, n, forSimulation, opts)
+	if err != nil {
+		return 0, err
+	}
+	start := &tokState{phase: make([]byte, n), left: make([]byte, n)}
+	for id := range n {
+		m, err := cfg.newMachine(alg, id, n)
+		if err != nil {
+			return 0, err
+		}
+		start.ms = append(start.ms, m)
+		start.left[id] = byte(rounds)
+	}
+	seen := map[string]bool{start.key(fifo): true}
+	queue := []*tokState{start}
+	var out output
+	apply := func(s *tokState, id int, ev event) error {
+		out.reset()
+		s.ms[id].step(ev, &out)
+		s.flight = append(s.flight, out.msgs...)
+		if out.entered {
+			if s.phase[id] != tokWaiting {
+				return fmt.Errorf("peer %d entered without asking", id)
+			}
+			s.phase[id] = tokInside
+		}
+		tokens, inside := 0, 0
+		for j, m := range s.ms {
+			if m.(tokenHolder).hasToken() {
+				tokens++
+			}
+			if s.phase[j] == tokInside {
+				inside++
+			}
+		}
+		for _, m := range s.flight {
+			if tokIsToken(m) {
+				tokens++
+			}
+		}
+		if tokens != 1 || inside > 1 {
+			return fmt.Errorf("%d tokens, %d peers inside", tokens, inside)
+		}
+		return nil
+	}
+	for len(queue) > 0 {
+		s := queue[0]
+		queue = queue[1:]
+		var next []*tokState
+		for id := range n {
+			switch {
+			case s.phase[id] == tokIdle && s.left[id] > 0:
+				c := s.clone()
+				c.phase[id], c.left[id] = tokWaiting, c.left[id]-1
+				if err := apply(c, id, event{kind: evRequest}); err != nil {
+					return len(seen), err
+				}
+				next = append(next, c)
+			case s.phase[id] == tokInside:
+				c := s.clone()
+				c.phase[id] = tokIdle
+				if err := apply(c, id, event{kind: evRelease}); err != nil {
+					return len(seen), err
+				}
+				next = append(next, c)
+			}
+		}
+		for _, i := range s.deliverable(fifo) {
+			c := s.clone()
+			m := c.flight[i]
+			c.flight = append(c.flight[:i], c.flight[i+1:]...)
+			if alg == SuzukiKasami && m.Kind == KindToken && c.phase[m.To] != tokWaiting {
+				return len(seen), fmt.Errorf("token sent from peer %d to peer %d, which does not want it", m.From, m.To)
+			}
+			if err := apply(c, m.To, event{kind: evMessage, msg: m}); err != nil {
+				return len(seen), err
+			}
+			next = append(next, c)
+		}
+		if len(next) == 0 {
+			for id := range n {
+				if s.phase[id] != tokIdle || s.left[id] != 0 {
+					return len(seen), fmt.Errorf("deadlock: peer %d is stuck with nothing in flight", id)
+				}
+			}
+		}
+		for _, c := range next {
+			if k := c.key(fifo); !seen[k] {
+				seen[k] = true
+				queue = append(queue, c)
+			}
+		}
+	}
+	return len(seen), nil
+}
+
+// TestTokenExhaustive explores every interleaving for three peers (and
+// four, for the ring and Raymond) and reports the number of distinct
+// states; the outdated-token mutant must be caught.
+func TestTokenExhaustive(t *testing.T) {
+	maxRounds := 2
+	if testing.Short() {
+		maxRounds = 1
+	}
+	for _, alg := range []Algorithm{SuzukiKasami, TokenRing, Raymond} {
+		for rounds := 1; rounds <= maxRounds; rounds++ {
+			for _, fifo := range []bool{true, false} {
+				name := fmt.Sprintf("%v/rounds=%d/fifo=%v", alg, rounds, fifo)
+				t.Run(name, func(t *testing.T) {
+					states, err := tokExplore(alg, 3, rounds, fifo)
+					require.NoError(t, err)
+					t.Logf("%s: %d states", name, states)
+				})
+			}
+		}
+	}
+	if !testing.Short() {
+		// Four peers, one request each, for the cheaper state spaces.
+		for _, alg := range []Algorithm{TokenRing, Raymond} {
+			for _, fifo := range []bool{true, false} {
+				name := fmt.Sprintf("%v/n=4/rounds=1/fifo=%v", alg, fifo)
+				t.Run(name, func(t *testing.T) {
+					states, err := tokExplore(alg, 4, 1, fifo)
+					require.NoError(t, err)
+					t.Logf("%s: %d states", name, states)
+				})
+			}
+		}
+	}
+	t.Run("suzuki-kasami mutant outdated-token", func(t *testing.T) {
+		states, err := tokExplore(SuzukiKasami, 3, 2, false, withMutant("outdated-token"))
+		require.Error(t, err)
+		t.Logf("caught after %d states: %v", states, err)
+	})
+}

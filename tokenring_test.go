@@ -1,0 +1,374 @@
+package dmutex
+
+import (
+	"context"
+	"math/rand/v2"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func newRingMachine(t *testing.T, id, n int) *tokenRing {
+	t.Helper()
+	cfg, err := newConfig(TokenRing, n, forSimulation, nil)
+	require.NoError(t, err)
+	m, err := cfg.newMachine(TokenRing, id, n)
+	require.NoError(t, err)
+	return m.(*tokenRing)
+}
+
+func ringToken(from, to int, hop, idle uint64) event {
+	return event{kind: evMessage, msg: Message{Kind: KindToken, From: from, To: to, TS: hop, Ref: idle}}
+}
+
+func ringWake(from, to int, hop uint64) event {
+	return event{kind: evMessage, msg: Message{Kind: KindRequest, From: from, To: to, TS: hop}}
+}
+
+func TestTokenRingStep(t *testing.T) {
+	// Peer 2 of 4 throughout. holding sets it to hold the token, which
+	// arrived at hop; away sets it to have passed the token at hop with
+	// idle unused hops.
+	holding := func(hop uint64) func(*tokenRing) {
+		return func(r *tokenRing) { r.hold, r.hop = true, hop }
+	}
+	away := func(hop, idle uint64) func(*tokenRing) {
+		return func(r *tokenRing) {
+			r.hold, r.hop = true, hop
+			r.pass(idle, &output{})
+		}
+	}
+	tests := []struct {
+		name      string
+		setup     func(*tokenRing)
+		ev        event
+		wantMsgs  []Message
+		wantEnter bool
+		wantHold  bool
+		wantWoken bool
+	}{
+		{
+			name:      "resting holder enters with no message",
+			setup:     holding(6),
+			ev:        event{kind: evRequest},
+			wantEnter: true, wantHold: true,
+		},
+		{
+			name:  "release passes the token on with no unused hop",
+			setup: func(r *tokenRing) { holding(6)(r); r.inside = true },
+			ev:    event{kind: evRelease},
+			wantMsgs: []Message{
+				{Kind: KindToken, From: 2, To: 3, TS: 7, Ref: 0},
+			},
+		},
+		{
+			name:     "a peer that does not want the token passes it and counts the hop",
+			ev:       ringToken(1, 2, 6, 1),
+			wantMsgs: []Message{{Kind: KindToken, From: 2, To: 3, TS: 7, Ref: 2}},
+		},
+		{
+			name:     "the n-th unused hop in a row rests the token",
+			ev:       ringToken(1, 2, 6, 3),
+			wantHold: true,
+		},
+		{
+			name:      "a waiting peer enters when the token comes",
+			setup:     func(r *tokenRing) { r.wanting = true },
+			ev:        ringToken(1, 2, 6, 3),
+			wantEnter: true, wantHold: true,
+		},
+		{
+			name:     "a woken peer sends the token round instead of resting it",
+			setup:    func(r *tokenRing) { r.next, r.woken = 6, true },
+			ev:       ringToken(1, 2, 6, 3),
+			wantMsgs: []Message{{Kind: KindToken, From: 2, To: 3, TS: 7, Ref: 0}},
+		},
+		{
+			name:     "a woken peer passes a token that would not rest as usual",
+			setup:    func(r *tokenRing) { r.next, r.woken = 6, true },
+			ev:       ringToken(1, 2, 6, 0),
+			wantMsgs: []Message{{Kind: KindToken, From: 2, To: 3, TS: 7, Ref: 1}},
+		},
+		{
+			name:  "a requester the token comes back to sends no wake",
+			setup: away(6, 0), // passed it on after use: it returns by hop 10
+			ev:    event{kind: evRequest},
+		},
+		{
+			name:     "a requester wakes the peer where the token will rest",
+			setup:    away(6, 1), // 3 more unused hops: rests at hop 9, peer 1
+			ev:       event{kind: evRequest},
+			wantMsgs: []Message{{Kind: KindRequest, From: 2, To: 1, TS: 9}},
+		},
+		{
+			name:     "a wake for the hop the token rests at sends it round",
+			setup:    holding(6),
+			ev:       ringWake(1, 2, 6),
+			wantMsgs: []Message{{Kind: KindToken, From: 2, To: 3, TS: 7, Ref: 0}},
+		},
+		{
+			name:     "a stale wake at a resting holder is dropped",
+			setup:    holding(10),
+			ev:       ringWake(1, 2, 6),
+			wantHold: true,
+		},
+		{
+			name:     "a wake at a holder in use is dropped",
+			setup:    func(r *tokenRing) { holding(6)(r); r.inside = true },
+			ev:       ringWake(1, 2, 6),
+			wantHold: true,
+		},
+		{
+			name:      "a wake before the token arrives marks the visit",
+			setup:     away(2, 1), // next visit at hop 6
+			ev:        ringWake(1, 2, 6),
+			wantWoken: true,
+		},
+		{
+			name:  "a wake after the token went by is stale",
+			setup: away(6, 1), // next visit at hop 10
+			ev:    ringWake(1, 2, 6),
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := newRingMachine(t, 2, 4)
+			r.hold = false
+			r.next, r.rest = 6, 6 // the token comes by at hop 6 and cannot rest first
+			if tt.setup != nil {
+				tt.setup(r)
+			}
+			var out output
+			r.step(tt.ev, &out)
+			assert.Equal(t, tt.wantMsgs, out.msgs)
+			assert.Equal(t, tt.wantEnter, out.entered, "entered")
+			assert.Equal(t, tt.wantHold, r.hasToken(), "holds the token")
+			assert.Equal(t, tt.wantWoken, r.woken, "woken")
+		})
+	}
+	t.Run("a second token panics", func(t *testing.T) {
+		r := newRingMachine(t, 0, 3)
+		assert.PanicsWithValue(t, "dmutex: token-ring peer 0 received a second token from peer 2",
+			func() { r.step(ringToken(2, 0, 3, 0), &output{}) })
+	})
+}
+
+// TestTokenRingWakeRace plays the race between a wake and the token
+// finishing its idle lap at the peer the wake goes to, in both orders: the
+// requester gets the token either way.
+func TestTokenRingWakeRace(t *testing.T) {
+	for _, wakeFirst := range []bool{true, false} {
+		t.Run("wake first="+strconv.FormatBool(wakeFirst), func(t *testing.T) {
+			const n = 3
+			nw := newTokNet(t, TokenRing, n)
+			require.NoError(t, nw.request(0))
+			require.NoError(t, nw.release(0)) // token to 1, idle lap begins
+			require.NoError(t, nw.deliver(0)) // 1 passes it to 2
+			require.NoError(t, nw.deliver(0)) // 2 passes it to 0: the lap's last hop
+			require.Len(t, nw.inflight, 1)
+
+			require.NoError(t, nw.request(1)) // 1 wakes 0, where the token will rest
+			require.Len(t, nw.inflight, 2)
+			wake := nw.inflight[1]
+			require.Equal(t, Message{Kind: KindRequest, From: 1, To: 0, TS: 3}, wake)
+			if wakeFirst {
+				require.NoError(t, nw.deliver(1)) // 0 is woken before the token comes
+			}
+			require.NoError(t, nw.deliver(0)) // the token reaches 0
+			require.NoError(t, nw.drain(nil, true, 100))
+			assert.False(t, nw.wanting[1], "the request was stranded")
+			assert.Equal(t, 2, nw.entries)
+			// Lap 3, wake 1, hop 0->1, lap 3 after the entry.
+			assert.Equal(t, 8, nw.sent[KindToken]+nw.sent[KindRequest])
+			assert.True(t, nw.ms[1].(tokenHolder).hasToken(), "the token rests at the last user")
+		})
+	}
+}
+
+// TestTokenRingLightLoadCounts takes the lock at one peer at a time and
+// lets the token come to rest between entries. An entry at the peer where
+// the token rests costs the n hops of the idle lap after it; any other
+// entry costs a wake, the hops from the resting place, and the lap.
+func TestTokenRingLightLoadCounts(t *testing.T) {
+	for _, n := range []int{1, 2, 3, 5, 8} {
+		t.Run("n="+strconv.Itoa(n), func(t *testing.T) {
+			nw := newTokNet(t, TokenRing, n)
+			rng := rand.New(rand.NewPCG(uint64(n), 7))
+			rest := 0
+			var total int
+			for i := range 60 {
+				id := i % n // in ring order first, then at random
+				if i >= 2*n {
+					id = rng.IntN(n)
+				}
+				before := nw.total()
+				require.NoError(t, nw.request(id))
+				require.NoError(t, nw.drain(nil, true, 10*n))
+				require.NoError(t, nw.releaseAll())
+				require.NoError(t, nw.drain(nil, true, 10*n))
+				got := nw.total() - before
+				want := 0
+				switch {
+				case n == 1:
+				case id == rest:
+					want = n
+				default:
+					want = 1 + (id-rest+n)%n + n
+				}
+				require.Equal(t, want, got, "entry %d at peer %d, token resting at %d", i, id, rest)
+				rest = id
+				total += got
+			}
+			t.Logf("n=%d light load: %.2f messages per entry", n, float64(total)/60)
+		})
+	}
+}
+
+// TestTokenRingFullLoadCounts keeps every peer wanting the critical
+// section: each entry then costs exactly one hop and no wake.
+func TestTokenRingFullLoadCounts(t *testing.T) {
+	for _, n := range []int{2, 3, 5, 8} {
+		t.Run("n="+strconv.Itoa(n), func(t *testing.T) {
+			nw := newTokNet(t, TokenRing, n)
+			for id := range n {
+				require.NoError(t, nw.request(id)) // 0 enters; the others wake 0, in vain
+			}
+			for len(nw.inflight) > 0 {
+				require.NoError(t, nw.deliver(0)) // the wakes; 0 stays inside
+			}
+			before, entries := nw.sent, nw.entries
+			for range 10 * n {
+				for id, in := range nw.inside {
+					if in {
+						require.NoError(t, nw.release(id))
+						require.NoError(t, nw.request(id)) // wants it again at once
+						break
+					}
+				}
+				require.Len(t, nw.inflight, 1)
+				require.NoError(t, nw.deliver(0))
+			}
+			assert.Equal(t, 10*n, nw.entries-entries)
+			assert.Equal(t, 10*n, nw.sent[KindToken]-before[KindToken], "one hop per entry")
+			assert.Equal(t, before[KindRequest], nw.sent[KindRequest], "no wake at full load")
+		})
+	}
+}
+
+func TestTokenRingRandomDelivery(t *testing.T) {
+	seeds := 300
+	if testing.Short() {
+		seeds = 50
+	}
+	for _, n := range []int{1, 2, 3, 5} {
+		for _, fifo := range []bool{true, false} {
+			t.Run("n="+strconv.Itoa(n)+"/fifo="+strconv.FormatBool(fifo), func(t *testing.T) {
+				for seed := range uint64(seeds) {
+					nw := newTokNet(t, TokenRing, n)
+					err := nw.runRandom(rand.New(rand.NewPCG(seed, 2)), fifo, 4)
+					require.NoError(t, err, "seed %d", seed)
+				}
+			})
+		}
+	}
+}
+
+func TestTokenRingCloneAndState(t *testing.T) {
+	r := newRingMachine(t, 0, 3)
+	c := r.clone().(*tokenRing)
+	require.Equal(t, r.appendState(nil), c.appendState(nil))
+	c.step(ringWake(1, 0, 0), &output{}) // c sends its resting token round
+	assert.True(t, r.hasToken())
+	assert.False(t, c.hasToken())
+	assert.NotEqual(t, r.appendState(nil), c.appendState(nil))
+
+	// Fields that no longer matter do not show in the state.
+	a, b := newRingMachine(t, 1, 3), newRingMachine(t, 1, 3)
+	a.step(ringToken(0, 1, 1, 0), &output{})
+	b.step(ringToken(0, 1, 1, 0), &output{})
+	b.next, b.rest = 99, 98 // stale while holding
+	a.hold, b.hold = true, true
+	assert.Equal(t, a.appendState(nil), b.appendState(nil))
+}
+
+// tokCPUTime returns the CPU time, user plus system, this process has used.
+func tokCPUTime(t *testing.T) time.Duration {
+	t.Helper()
+	var ru syscall.Rusage
+	require.NoError(t, syscall.Getrusage(syscall.RUSAGE_SELF, &ru))
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// TestTokenRingIdleIsQuiet measures an idle token-ring cluster for one
+// second, after a burst of work: once the token rests, nothing is sent and
+// no CPU is burnt. It also reports messages per entry at light load (one
+// requester at a time, without waiting for the token to rest) and at full
+// load (three callers on every peer).
+func TestTokenRingIdleIsQuiet(t *testing.T) {
+	const n = 8
+	c := variant{alg: TokenRing}.cluster(t, n)
+
+	// Light load: one entry at a time, at random peers.
+	rng := rand.New(rand.NewPCG(1, 1))
+	before := c.Stats()
+	const light = 200
+	for range light {
+		p := c.Peer(rng.IntN(n))
+		lockWithin(t, p, 5*time.Second)
+		p.Unlock()
+	}
+	lightStats := c.Stats().Sub(before)
+
+	// Full load: three callers per peer, measured in a window where all
+	// of them are running (callers that start late or finish early
+	// would leave peers idle, and the token would pass them unused).
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	for _, p := range c.Peers() {
+		for range 3 {
+			wg.Go(func() {
+				for !stop.Load() {
+					ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+					if assert.NoError(t, p.LockContext(ctx)) {
+						p.Unlock()
+					}
+					cancel()
+				}
+			})
+		}
+	}
+	waitEntries := func(each uint64) {
+		deadline := time.Now().Add(10 * time.Second)
+		for _, p := range c.Peers() {
+			for p.Stats().Entries < each && time.Now().Before(deadline) {
+				time.Sleep(time.Millisecond)
+			}
+		}
+	}
+	start := c.Peer(0).Stats().Entries
+	waitEntries(start + 10)
+	before = c.Stats()
+	waitEntries(start + 110)
+	fullStats := c.Stats().Sub(before)
+	stop.Store(true)
+	wg.Wait()
+
+	// Idle: one second.
+	idleFrom, cpuFrom := c.Stats(), tokCPUTime(t)
+	time.Sleep(time.Second)
+	idle, cpu := c.Stats().Sub(idleFrom), tokCPUTime(t)-cpuFrom
+
+	t.Logf("n=%d light load: %s, %.2f messages per entry", n, lightStats, float64(lightStats.Messages)/light)
+	t.Logf("n=%d full load: %s, %.3f messages per entry", n, fullStats, float64(fullStats.Messages)/float64(fullStats.Entries))
+	t.Logf("n=%d idle for 1s: %d messages, %v CPU", n, idle.Messages, cpu)
+	assert.LessOrEqual(t, idle.Messages, uint64(n), "at most the rest of one idle lap")
+	assert.Less(t, cpu, 200*time.Millisecond, "an idle ring must not burn a CPU")
+	assert.LessOrEqual(t, float64(fullStats.Messages)/float64(fullStats.Entries), 1.2, "about one hop per entry at full load")
+	assert.LessOrEqual(t, float64(lightStats.Messages)/light, float64(2*n+1), "at most a wake, n-1 hops and a lap per entry")
+}
