@@ -92,6 +92,25 @@ var failureSemantics = []struct {
 	// Here too: peer 0's younger request is its implicit permission.
 	{"ricart-agrawala-implicit", lose(KindReply, 0, 1), []probe{{1, blocks}, {2, blocks}, {0, proceeds}}},
 	{"ricart-agrawala-implicit", partition, []probe{{0, blocks}, {2, blocks}}},
+
+	{"suzuki-kasami", crashIdle, []probe{{0, proceeds}, {1, proceeds}, {2, proceeds}}},
+	{"suzuki-kasami", crashHolder, []probe{{1, blocks}, {2, blocks}}},
+	{"suzuki-kasami", lose(KindToken, 0, 1), []probe{{1, blocks}, {2, blocks}, {0, blocks}}},
+	{"suzuki-kasami", partition, []probe{{0, proceeds}, {1, proceeds}, {2, blocks}, {3, blocks}}},
+
+	// The ring goes on until the token must pass the crashed peer or the
+	// cut: peer 2 is reached from the resting place, peer 0, through 1
+	// alone; after peer 2's entry the token goes on to peer 3 and is lost.
+	{"token-ring", crashIdle, []probe{{2, proceeds}, {1, blocks}, {0, blocks}}},
+	{"token-ring", crashHolder, []probe{{1, blocks}, {2, blocks}}},
+	{"token-ring", lose(KindToken, 0, 1), []probe{{1, blocks}, {2, blocks}, {0, blocks}}},
+	{"token-ring", partition, []probe{{1, proceeds}, {0, blocks}, {2, blocks}}},
+
+	// Heap-ordered tree: 0 is the root, 1 and 2 its children, 3 under 1.
+	{"raymond", crashIdle, []probe{{0, proceeds}, {1, proceeds}, {2, proceeds}}},
+	{"raymond", crashHolder, []probe{{1, blocks}, {2, blocks}}},
+	{"raymond", lose(KindPrivilege, 0, 1), []probe{{1, blocks}, {2, blocks}, {0, blocks}}},
+	{"raymond", partition, []probe{{0, proceeds}, {1, proceeds}, {2, blocks}, {3, blocks}}},
 }
 
 // TestFailureSemantics injects each documented fault and checks the
