@@ -68,6 +68,37 @@
 // Close stops a peer's goroutines; LockContext then returns ErrClosed, and
 // Lock panics with it rather than block forever.
 //
+// # Failures
+//
+// The algorithms assume reliable peers and reliable channels, as their
+// papers do; none resends a message. What each does when that fails, with
+// four peers and peer 0 as the coordinator or first token holder (each
+// cell is a row of TestFailureSemantics, and in no case are two peers
+// ever inside at once):
+//
+//	algorithm         idle peer crashes     holder crashes   a message is lost                    partition {0,1} | {2,3}
+//	Centralized       others go on          all block        lost grant: all block                coordinator's side goes on
+//	Lamport           all block             all block        lost reply: masked by the replier's  both sides block
+//	                                                         next message, else all block
+//	RicartAgrawala    all block             all block        lost reply: all block                both sides block
+//	  implicit        all block             all block        lost reply: masked by the replier's  both sides block
+//	                                                         next request
+//	Maekawa           sets containing it    sets meeting     lost vote: its requester and those   sides without a whole
+//	                  block                 its set block    behind it block                      voting set block
+//	SuzukiKasami      others go on          token lost:      lost token: all block                token's side goes on
+//	                                        all block
+//	TokenRing         goes on until the     token lost:      lost token: all block                goes on until the token
+//	                  token reaches it      all block                                             must cross the cut
+//	Raymond           others go on if it    token lost:      lost privilege: all block            token's side goes on
+//	                  is a leaf             all block
+//
+// Blocking is what LockContext's deadline is for: it returns ctx.Err()
+// and leaves the peer usable once the fault is repaired. A partition
+// that heals does not bring back what it dropped: a peer whose request
+// was lost stays blocked (TestPartitionHealDoesNotRecoverLostRequests).
+// ChanNetwork injects these faults (Crash, Partition, DropNext, and
+// delay, reordering and loss through SetFaults or WithFaults).
+//
 // # Fencing
 //
 // A lock that the holder believes it has may already have passed on: the
