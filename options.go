@@ -46,6 +46,8 @@ type config struct {
 
 	implicitReplies bool // Ricart-Agrawala: WithImplicitReplies
 
+	votingSets [][]int // Maekawa: WithVotingSets, checked; nil means VotingSets(n)
+
 	// mutant switches on a deliberately broken variant of the algorithm,
 	// for tests that show the checkers catch it. Empty in real use.
 	mutant string
