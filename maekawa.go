@@ -51,8 +51,12 @@ func NewMaekawa(n int, opts ...Option) (*Cluster, error) {
 // one request of the peers whose sets contain it. Every message carries in
 // TS the timestamp of the request it concerns: REQUEST, RELINQUISH and
 // RELEASE go from a requester to a voter, LOCKED, INQUIRE and FAILED from
-// a voter to a requester. Messages between a peer's two roles are
-// delivered locally, within the same step, in the order sent.
+// a voter to a requester. Ref carries the sender's Lamport clock, so that
+// a requester that has lost to an older request at a voter learns the
+// voter's clock and stamps its next request later than that one: without
+// it, a peer with a slow clock could overtake an older request again and
+// again. Messages between a peer's two roles are delivered locally,
+// within the same step, in the order sent.
 type maekawa struct {
 	id        int
 	noInquire bool  // mutant "no-inquire": voters only queue, nobody yields
@@ -143,9 +147,10 @@ func (m *maekawa) step(ev event, out *output) {
 	m.local = m.local[:0]
 }
 
-// send hands msg to the transport, or keeps it for this step if it is
-// addressed to ourselves.
+// send stamps msg with our clock and hands it to the transport, or keeps
+// it for this step if it is addressed to ourselves.
 func (m *maekawa) send(msg Message, out *output) {
+	msg.Ref = m.clock
 	if msg.To == m.id {
 		m.local = append(m.local, msg)
 		return
@@ -154,7 +159,7 @@ func (m *maekawa) send(msg Message, out *output) {
 }
 
 func (m *maekawa) receive(msg Message, out *output) {
-	m.clock = max(m.clock, msg.TS)
+	m.clock = max(m.clock, msg.TS, msg.Ref)
 	switch msg.Kind {
 	case KindRequest:
 		m.onRequest(msg.From, msg.TS, out)
