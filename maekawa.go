@@ -60,6 +60,7 @@ func NewMaekawa(n int, opts ...Option) (*Cluster, error) {
 type maekawa struct {
 	id        int
 	noInquire bool  // mutant "no-inquire": voters only queue, nobody yields
+	lateFail  bool  // mutant "failed-on-arrival": FAILED only to an arriving request
 	set       []int // our voting set, in increasing order; contains id
 
 	// Requester.
@@ -113,6 +114,7 @@ func newMaekawa(id, n int, cfg *config) (machine, error) {
 	return &maekawa{
 		id:        id,
 		noInquire: cfg.mutant == "no-inquire",
+		lateFail:  cfg.mutant == "failed-on-arrival",
 		set:       set,
 		votes:     make([]mkVote, len(set)),
 		inquiry:   make([]bool, len(set)),
@@ -191,16 +193,17 @@ func (m *maekawa) receive(msg Message, out *output) {
 // Voter.
 
 func (m *maekawa) onRequest(j int, ts uint64, out *output) {
-	m.enqueue(mkEntry{ts: ts, id: j})
+	k := m.enqueue(mkEntry{ts: ts, id: j})
 	if m.grantTo < 0 {
 		m.grantBest(out)
 		return
 	}
-	m.tell(out)
+	m.tell(k, out)
 }
 
-// enqueue inserts e into the queue in (ts, id) order.
-func (m *maekawa) enqueue(e mkEntry) {
+// enqueue inserts e into the queue in (ts, id) order and returns its
+// index.
+func (m *maekawa) enqueue(e mkEntry) int {
 	k, _ := slices.BinarySearchFunc(m.queue, e, func(a, b mkEntry) int {
 		switch {
 		case before(a.ts, a.id, b.ts, b.id):
@@ -211,6 +214,7 @@ func (m *maekawa) enqueue(e mkEntry) {
 		return 0
 	})
 	m.queue = slices.Insert(m.queue, k, e)
+	return k
 }
 
 // grantBest votes for the best waiting request, if any, after our vote
@@ -225,16 +229,25 @@ func (m *maekawa) grantBest(out *output) {
 	m.queue = slices.Delete(m.queue, 0, 1)
 	m.grantTo, m.grantTS = e.id, e.ts
 	m.send(Message{Kind: KindLocked, From: m.id, To: e.id, TS: e.ts}, out)
-	m.tell(out)
+	m.tell(-1, out)
 }
 
-// tell brings the waiting requesters and our grantee up to date: every
-// waiting request behind a better one, granted or waiting, learns that it
-// cannot win now (FAILED, once), and the grantee is asked for the vote
-// back (INQUIRE, once per grant) when a better request waits. The mutant
-// "no-inquire" sends neither.
-func (m *maekawa) tell(out *output) {
+// tell brings the waiting requesters and our grantee up to date, after the
+// request at index arrived (-1 if none did): every waiting request behind
+// a better one, granted or waiting, learns that it cannot win now (FAILED,
+// once), and the grantee is asked for the vote back (INQUIRE, once per
+// grant) when a better request waits. The FAILED rule covers a request
+// that was the best waiting one when it arrived, and so got no FAILED,
+// and then fell behind a better one: if it never learnt, it could keep a
+// vote elsewhere that the better request needs, while waiting for the
+// vote the better one has (TestMaekawaExhaustive, "displaced n=5"). The
+// mutant "failed-on-arrival" answers FAILED only to an arriving request,
+// and so deadlocks; the mutant "no-inquire" sends neither message.
+func (m *maekawa) tell(arrived int, out *output) {
 	for k := range m.queue {
+		if m.lateFail && k != arrived {
+			continue
+		}
 		e := &m.queue[k]
 		if !e.failed && (k > 0 || before(m.grantTS, m.grantTo, e.ts, e.id)) {
 			e.failed = true

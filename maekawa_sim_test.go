@@ -1,6 +1,7 @@
 package dmutex
 
 import (
+	"bytes"
 	"flag"
 	"fmt"
 	"math/rand/v2"
@@ -249,10 +250,15 @@ type mkResult struct {
 }
 
 // explore visits every state reachable from w, trying every move in every
-// state, and stops at the first violation or deadlock.
-func explore(w *mkWorld, maxStates int) mkResult {
+// state, and stops at the first violation or deadlock. With checkKeys it
+// also checks the state encoding: whenever a state's key was seen before,
+// the two worlds must offer the same moves, and each move must send the
+// same messages and lead to equal keys again. It keeps every world to do
+// so, so it is for small spaces.
+func explore(w *mkWorld, maxStates int, checkKeys bool) mkResult {
 	var r mkResult
-	seen := map[string]struct{}{string(w.key(nil)): {}}
+	seen := map[string]*mkWorld{string(w.key(nil)): w}
+	machines := map[string]mkProbe{} // by peer id and machine state
 	var path []string
 	var visit func(w *mkWorld) bool
 	var buf []byte
@@ -284,10 +290,24 @@ func explore(w *mkWorld, maxStates int) mkResult {
 			}
 			r.unfair = r.unfair || c.unfair > 0
 			buf = c.key(buf[:0])
-			if _, ok := seen[string(buf)]; ok {
+			if old, ok := seen[string(buf)]; ok {
+				if checkKeys {
+					if err := sameNext(old, c); err != nil {
+						r.err, r.trace = err, append(path, label)
+						return false
+					}
+				}
 				continue
 			}
-			seen[string(buf)] = struct{}{}
+			if checkKeys {
+				seen[string(buf)] = c
+				if err := sameMachines(machines, c); err != nil {
+					r.err, r.trace = err, append(path, label)
+					return false
+				}
+			} else {
+				seen[string(buf)] = nil
+			}
 			path = append(path, label)
 			if !visit(c) {
 				return false
@@ -298,6 +318,86 @@ func explore(w *mkWorld, maxStates int) mkResult {
 	}
 	visit(w)
 	return r
+}
+
+// An mkProbe is a machine seen in an exploration and the events it could
+// get next there.
+type mkProbe struct {
+	m      machine
+	events []event
+}
+
+// probes returns the events peer p's machine could get next in w: the
+// first message on each channel to it, and the local event its state
+// allows.
+func (w *mkWorld) probes(p int) []event {
+	var evs []event
+	for from := range w.n {
+		if q := w.net[from*w.n+p]; len(q) > 0 {
+			evs = append(evs, event{kind: evMessage, msg: q[0]})
+		}
+	}
+	switch w.ms[p].(*maekawa).state {
+	case mkIdle:
+		evs = append(evs, event{kind: evRequest})
+	case mkHeld:
+		evs = append(evs, event{kind: evRelease})
+	}
+	return evs
+}
+
+// sameMachines checks each machine of w against the first machine seen
+// with the same id and state encoding: given every event either could get
+// next in its own world, both must send the same messages, enter alike and
+// encode equally afterwards. This is the machine-level promise of
+// appendState, which the model checker relies on.
+func sameMachines(seen map[string]mkProbe, w *mkWorld) error {
+	for p, m := range w.ms {
+		k := string(m.appendState(appendInt(nil, p)))
+		mine := mkProbe{m: m, events: w.probes(p)}
+		old, ok := seen[k]
+		if !ok {
+			seen[k] = mine
+			continue
+		}
+		for _, ev := range append(old.events, mine.events...) {
+			a, b := old.m.clone(), m.clone()
+			var oa, ob output
+			a.step(ev, &oa)
+			b.step(ev, &ob)
+			if !slices.Equal(oa.msgs, ob.msgs) || oa.entered != ob.entered || !bytes.Equal(a.appendState(nil), b.appendState(nil)) {
+				return fmt.Errorf("peer %d: equal encodings %+v and %+v behave differently on %+v: %v and %v",
+					p, old.m, m, ev, oa.msgs, ob.msgs)
+			}
+		}
+	}
+	return nil
+}
+
+// sameNext returns an error unless worlds a and b, whose keys are equal,
+// behave the same for one more move.
+func sameNext(a, b *mkWorld) error {
+	ma, mb := a.moves(nil), b.moves(nil)
+	key := func(m mkMove) int { return int(m.kind)<<24 | m.p<<16 | m.ch }
+	slices.SortFunc(ma, func(x, y mkMove) int { return key(x) - key(y) })
+	slices.SortFunc(mb, func(x, y mkMove) int { return key(x) - key(y) })
+	if !slices.Equal(ma, mb) {
+		return fmt.Errorf("equal keys, different moves: %v and %v\n%v\n%v", ma, mb, a, b)
+	}
+	for _, m := range ma {
+		ca, cb := a.clone(), b.clone()
+		ea, eb := ca.do(m), cb.do(m)
+		if (ea == nil) != (eb == nil) {
+			return fmt.Errorf("equal keys, move %v: %v and %v", m, ea, eb)
+		}
+		if !slices.Equal(ca.out.msgs, cb.out.msgs) || ca.out.entered != cb.out.entered {
+			return fmt.Errorf("equal keys, move %v sends %v and %v\n%v\n%v", m, ca.out.msgs, cb.out.msgs, a, b)
+		}
+		if !bytes.Equal(ca.key(nil), cb.key(nil)) {
+			return fmt.Errorf("equal keys, move %v leads to different keys\n%v\n%v", m, ca, cb)
+		}
+	}
+	return nil
 }
 
 func moveLabel(w *mkWorld, m mkMove) string {
@@ -321,15 +421,17 @@ func TestMaekawaExhaustive(t *testing.T) {
 		name     string
 		sets     [][]int
 		requests int
-		size     int // 0: small; 1: skipped by -short; 2: only with -maekawa.deep
+		size     int  // 0: small; 1: skipped by -short; 2: only with -maekawa.deep
+		check    bool // check the state encoding too (see explore)
 	}{
-		{"grid n=3, one request each", GridQuorums(3), 1, 0},
-		{"all-in-one n=3, one request each", [][]int{{0, 1, 2}, {0, 1, 2}, {0, 1, 2}}, 1, 0},
-		{"cycle n=3, one request each", [][]int{{0, 1}, {1, 2}, {0, 2}}, 1, 0},
-		{"cycle n=3, two requests each", [][]int{{0, 1}, {1, 2}, {0, 2}}, 2, 1},
-		{"grid n=3, two requests each", GridQuorums(3), 2, 1},
-		{"grid n=4, one request each", GridQuorums(4), 1, 2},
-		{"all-in-one n=3, two requests each", [][]int{{0, 1, 2}, {0, 1, 2}, {0, 1, 2}}, 2, 2},
+		{"grid n=3, one request each", GridQuorums(3), 1, 0, true},
+		{"all-in-one n=3, one request each", [][]int{{0, 1, 2}, {0, 1, 2}, {0, 1, 2}}, 1, 0, false},
+		{"cycle n=3, one request each", [][]int{{0, 1}, {1, 2}, {0, 2}}, 1, 0, true},
+		{"cycle n=3, two requests each", [][]int{{0, 1}, {1, 2}, {0, 2}}, 2, 1, true},
+		{"grid n=3, two requests each", GridQuorums(3), 2, 1, false},
+		{"displaced n=5, peers 0 to 2 one request each", mkDisplaced, 1, 0, false},
+		{"grid n=4, one request each", GridQuorums(4), 1, 2, false},
+		{"all-in-one n=3, two requests each", [][]int{{0, 1, 2}, {0, 1, 2}, {0, 1, 2}}, 2, 2, false},
 	}
 	unfair := false
 	for _, tt := range tests {
@@ -340,7 +442,11 @@ func TestMaekawaExhaustive(t *testing.T) {
 			case tt.size >= 2 && !*deepExplore:
 				t.Skip("large state space; run with -maekawa.deep")
 			}
-			r := explore(newMKWorld(t, tt.sets, tt.requests), 50_000_000)
+			w := newMKWorld(t, tt.sets, tt.requests)
+			if len(tt.sets) == 5 {
+				w.left[3], w.left[4] = 0, 0 // voters only
+			}
+			r := explore(w, 50_000_000, tt.check)
 			require.NoError(t, r.err, "trace: %s", strings.Join(r.trace, ", "))
 			require.Nil(t, r.deadlock, "deadlock after %s\n%v", strings.Join(r.trace, ", "), r.deadlock)
 			require.Positive(t, r.terminals)
@@ -351,15 +457,39 @@ func TestMaekawaExhaustive(t *testing.T) {
 	require.True(t, unfair, "some run should let a younger request in while an older one waits")
 }
 
-// TestMaekawaExhaustiveFindsMutantDeadlock shows that without INQUIRE and
-// RELINQUISH the voters' queues deadlock: in the three-peer cycle each
-// peer holds its own vote and waits for its neighbour's.
+// mkDisplaced are voting sets in which peers 0, 1 and 2 can deadlock if a
+// voter answers FAILED only to arriving requests: 2 holds voter 3, 1's
+// request arrives there and beats 2's (INQUIRE, no FAILED), then 0's beats
+// 1's. 2 yields, since voter 0 failed it, and voter 3 votes for 0; voter 4
+// voted for 1, which keeps 4's INQUIRE pending as it never heard FAILED.
+// 0 waits for 4, 1 waits for 3.
+var mkDisplaced = [][]int{{0, 3, 4}, {1, 3, 4}, {0, 2, 3}, {3}, {3, 4}}
+
+// TestMaekawaExhaustiveFindsMutantDeadlock shows that the exploration
+// finds the deadlocks of two broken variants. Without INQUIRE and
+// RELINQUISH, in the three-peer cycle each peer holds its own vote and
+// waits for its neighbour's. With FAILED sent only to arriving requests,
+// see mkDisplaced.
 func TestMaekawaExhaustiveFindsMutantDeadlock(t *testing.T) {
-	w := newMKWorld(t, [][]int{{0, 1}, {1, 2}, {0, 2}}, 1, withMutant("no-inquire"))
-	r := explore(w, 1_000_000)
-	require.NoError(t, r.err)
-	require.NotNil(t, r.deadlock, "the exploration must find the deadlock")
-	t.Logf("deadlock after %s\n%v", strings.Join(r.trace, ", "), r.deadlock)
+	tests := []struct {
+		mutant string
+		sets   [][]int
+	}{
+		{"no-inquire", [][]int{{0, 1}, {1, 2}, {0, 2}}},
+		{"failed-on-arrival", mkDisplaced},
+	}
+	for _, tt := range tests {
+		t.Run(tt.mutant, func(t *testing.T) {
+			w := newMKWorld(t, tt.sets, 1, withMutant(tt.mutant))
+			if len(tt.sets) == 5 {
+				w.left[3], w.left[4] = 0, 0
+			}
+			r := explore(w, 1_000_000, false)
+			require.NoError(t, r.err)
+			require.NotNil(t, r.deadlock, "the exploration must find the deadlock")
+			t.Logf("deadlock after %s\n%v", strings.Join(r.trace, ", "), r.deadlock)
+		})
+	}
 }
 
 // simulate runs w to the end, choosing each move with rng, and fails the
