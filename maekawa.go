@@ -109,7 +109,10 @@ const (
 	voteYielded               // we gave the vote back and wait for it again
 )
 
-// An mkEntry is a request waiting at a voter.
+// An mkEntry is a request waiting at a voter. After every step, failed is
+// set exactly for the entries behind the grant or behind another entry,
+// and the voter's inquired flag exactly when the first entry beats the
+// grant; both are kept, rather than recomputed, to say what was sent.
 type mkEntry struct {
 	ts     uint64
 	id     int
