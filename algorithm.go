@@ -40,7 +40,7 @@ var algorithms = [numAlgorithms]algorithmSpec{
 	TokenRing:      {name: "token-ring", build: newTokenRing},
 	Lamport:        {name: "lamport", fifo: true, build: newLamport},
 	RicartAgrawala: {name: "ricart-agrawala", build: newRicart},
-	Maekawa:        {name: "maekawa", fifo: true},
+	Maekawa:        {name: "maekawa", fifo: true, build: newMaekawa},
 	SuzukiKasami:   {name: "suzuki-kasami", build: newSuzukiKasami},
 	Raymond:        {name: "raymond", build: newRaymond},
 }

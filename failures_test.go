@@ -93,6 +93,14 @@ var failureSemantics = []struct {
 	{"ricart-agrawala-implicit", lose(KindReply, 0, 1), []probe{{1, blocks}, {2, blocks}, {0, proceeds}}},
 	{"ricart-agrawala-implicit", partition, []probe{{0, blocks}, {2, blocks}}},
 
+	// Grid voting sets for four peers: {0,1,2} {0,1,3} {0,2,3} {1,2,3}.
+	// Peer 0's set avoids peer 3; peer 1's request, stuck on peer 3's
+	// vote, then holds votes that peer 2 needs.
+	{"maekawa", crashIdle, []probe{{0, proceeds}, {1, blocks}, {2, blocks}}},
+	{"maekawa", crashHolder, []probe{{1, blocks}, {3, blocks}}},
+	{"maekawa", lose(KindLocked, 1, 0), []probe{{0, blocks}, {3, blocks}, {2, blocks}}},
+	{"maekawa", partition, []probe{{0, blocks}, {3, blocks}}},
+
 	{"suzuki-kasami", crashIdle, []probe{{0, proceeds}, {1, proceeds}, {2, proceeds}}},
 	{"suzuki-kasami", crashHolder, []probe{{1, blocks}, {2, blocks}}},
 	{"suzuki-kasami", lose(KindToken, 0, 1), []probe{{1, blocks}, {2, blocks}, {0, blocks}}},

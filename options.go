@@ -49,6 +49,8 @@ type config struct {
 
 	treeParent []int // Raymond: WithTree; nil means heap order
 
+	votingSets [][]int // Maekawa: WithVotingSets, checked; nil means VotingSets(n)
+
 	// mutant switches on a deliberately broken variant of the algorithm,
 	// for tests that show the checkers catch it. Empty in real use.
 	mutant string

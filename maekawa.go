@@ -1,0 +1,367 @@
+package dmutex
+
+import "slices"
+
+// NewMaekawa starts n peers running the quorum algorithm of M. Maekawa, "A
+// √N algorithm for mutual exclusion in decentralized systems", ACM TOCS
+// 3(2), 1985, with the INQUIRE, FAILED and RELINQUISH messages that keep
+// it from deadlocking.
+//
+// Each peer asks only the peers of its voting set, about √n of them (see
+// VotingSets and WithVotingSets); every two sets share a peer, and each
+// peer votes for one request at a time, so no two peers can collect all
+// their votes at once. A requester stamps its request with its Lamport
+// clock and sends it to its set; it enters when every member has answered
+// LOCKED, and on leaving it sends RELEASE, after which each voter votes
+// for the best waiting request, the one with the smallest (timestamp, id).
+// A voter that has voted tells every waiting request that is behind a
+// better one, granted or waiting, that it cannot win now (FAILED, once):
+// not only a request as it arrives, but also one that a better request
+// overtakes later, without which five peers can deadlock. When a better
+// request than its grantee's arrives, the voter asks for its vote back
+// (INQUIRE, once per vote). The grantee gives it back (RELINQUISH) if it
+// knows it cannot win now (it has a FAILED, or gave another vote back and
+// is still waiting for it), and otherwise keeps the INQUIRE until it
+// knows, or enters and answers with its RELEASE. Every message carries the
+// timestamp of the request it concerns, and a stale one is ignored. A
+// peer's vote for itself is local and costs no message.
+//
+// Cost: 3(K-1) messages per entry with one entry at a time, for a voting
+// set of size K (request, locked and release to each other member): K = 3
+// for n = 7, 4 for 13, 6 for 31, at most 2⌈√n⌉-1 on the grid. Contention
+// adds FAILED, INQUIRE and RELINQUISH messages, and a second LOCKED for
+// every vote given back. The literature puts contention at 5(K-1) to
+// 6(K-1) per entry, with no firm bound; with every peer contending on the
+// in-memory transport this implementation measures about 4(K-1): nearly
+// every request hears FAILED from its other voters, and INQUIRE is rare
+// (0.01 to 0.05 per entry). Channels: per-pair FIFO order is
+// required, as in the paper. Over reordering channels an INQUIRE can
+// overtake the LOCKED it concerns, and a requester that gives back a vote
+// it does not hold yet loses track of that vote. This machine keeps such
+// an INQUIRE until its LOCKED arrives, and exhaustive search of small
+// clusters over reordering channels finds no failure, but that is not a
+// proof: only FIFO channels are supported (Maekawa.NeedsFIFO is true). The
+// in-memory transport keeps per-pair FIFO order. Fairness: no starvation.
+// Once a request has reached all its voters, every other peer enters at
+// most twice before it, because each answer carries the voter's clock and
+// stamps that peer's later requests after it. Entries do not follow
+// (timestamp, id) order: a younger request whose voters are idle can enter
+// before an older one still collecting votes elsewhere. Failures: assumes
+// reliable peers and channels. A crashed peer blocks every requester
+// whose voting set contains it, and a vote it held blocks that voter's
+// other requesters too; a lost message blocks its requester, and a
+// partition blocks every requester whose set spans it. Peers whose sets
+// avoid the failure keep working, and none of these lets two peers in at
+// once.
+func NewMaekawa(n int, opts ...Option) (*Cluster, error) {
+	return New(Maekawa, n, opts...)
+}
+
+// maekawa is the Maekawa machine. Each peer plays two roles: a requester,
+// which collects the votes of its voting set, and a voter, which votes for
+// one request of the peers whose sets contain it. Every message carries in
+// TS the timestamp of the request it concerns: REQUEST, RELINQUISH and
+// RELEASE go from a requester to a voter, LOCKED, INQUIRE and FAILED from
+// a voter to a requester. Ref carries the sender's Lamport clock, so that
+// a requester that has lost to an older request at a voter learns the
+// voter's clock and stamps its next request later than that one: without
+// it, a peer with a slow clock could overtake an older request again and
+// again. Messages between a peer's two roles are delivered locally,
+// within the same step, in the order sent.
+type maekawa struct {
+	id        int
+	noInquire bool  // mutant "no-inquire": voters only queue, nobody yields
+	lateFail  bool  // mutant "failed-on-arrival": FAILED only to an arriving request
+	eagerGive bool  // mutant "yield-unheld": answer an INQUIRE for a vote not yet here
+	set       []int // our voting set, in increasing order; contains id
+
+	// Requester.
+	clock   uint64 // Lamport clock: highest timestamp seen
+	state   mkState
+	ts      uint64   // timestamp of our request, while not idle
+	votes   []mkVote // votes[k]: what voter set[k] did with our request
+	inquiry []bool   // inquiry[k]: set[k] asked for its vote back, not yet answered
+
+	// Voter.
+	grantTo  int       // requester our vote is with, or -1
+	grantTS  uint64    // timestamp of that request; 0 if none
+	inquired bool      // we sent INQUIRE for the current grant
+	queue    []mkEntry // waiting requests, by (ts, id)
+
+	local []Message // messages to ourselves not yet processed; empty between steps
+}
+
+type mkState uint8
+
+const (
+	mkIdle mkState = iota
+	mkWanting
+	mkHeld
+)
+
+// An mkVote is what a requester knows about one voter's vote.
+type mkVote uint8
+
+const (
+	voteNone    mkVote = iota // nothing heard yet
+	voteLocked                // we hold the vote
+	voteFailed                // the voter said FAILED: a better request is ahead of ours there
+	voteYielded               // we gave the vote back and wait for it again
+)
+
+// An mkEntry is a request waiting at a voter. After every step, failed is
+// set exactly for the entries behind the grant or behind another entry,
+// and the voter's inquired flag exactly when the first entry beats the
+// grant; both are kept, rather than recomputed, to say what was sent.
+type mkEntry struct {
+	ts     uint64
+	id     int
+	failed bool // the requester knows it cannot win here: we sent FAILED, or it yielded to us
+}
+
+func newMaekawa(id, n int, cfg *config) (machine, error) {
+	var set []int
+	if cfg.votingSets != nil {
+		set = slices.Clone(cfg.votingSets[id])
+	} else {
+		set = defaultVotingSet(id, n)
+	}
+	return &maekawa{
+		id:        id,
+		noInquire: cfg.mutant == "no-inquire",
+		lateFail:  cfg.mutant == "failed-on-arrival",
+		eagerGive: cfg.mutant == "yield-unheld",
+		set:       set,
+		votes:     make([]mkVote, len(set)),
+		inquiry:   make([]bool, len(set)),
+		grantTo:   -1,
+	}, nil
+}
+
+func (m *maekawa) step(ev event, out *output) {
+	switch ev.kind {
+	case evRequest:
+		m.clock++
+		m.ts = m.clock
+		m.state = mkWanting
+		for _, v := range m.set {
+			m.send(Message{Kind: KindRequest, From: m.id, To: v, TS: m.ts}, out)
+		}
+	case evRelease:
+		m.state = mkIdle
+		clear(m.votes)
+		clear(m.inquiry)
+		for _, v := range m.set {
+			m.send(Message{Kind: KindRelease, From: m.id, To: v, TS: m.ts}, out)
+		}
+		m.ts = 0
+	case evMessage:
+		m.receive(ev.msg, out)
+	}
+	// Messages between our own roles; handling one may send more.
+	for i := 0; i < len(m.local); i++ {
+		m.receive(m.local[i], out)
+	}
+	m.local = m.local[:0]
+}
+
+// send stamps msg with our clock and hands it to the transport, or keeps
+// it for this step if it is addressed to ourselves.
+func (m *maekawa) send(msg Message, out *output) {
+	msg.Ref = m.clock
+	if msg.To == m.id {
+		m.local = append(m.local, msg)
+		return
+	}
+	out.send(msg)
+}
+
+func (m *maekawa) receive(msg Message, out *output) {
+	m.clock = max(m.clock, msg.TS, msg.Ref)
+	switch msg.Kind {
+	case KindRequest:
+		m.onRequest(msg.From, msg.TS, out)
+	case KindRelinquish:
+		if m.grantTo == msg.From && m.grantTS == msg.TS {
+			m.enqueue(mkEntry{ts: msg.TS, id: msg.From, failed: true})
+			m.grantBest(out)
+		}
+	case KindRelease:
+		if m.grantTo == msg.From && m.grantTS == msg.TS {
+			m.grantBest(out)
+		}
+	case KindLocked, KindInquire, KindFailed:
+		k, ok := slices.BinarySearch(m.set, msg.From)
+		if !ok || m.state != mkWanting || msg.TS != m.ts {
+			return // stale, or answered by our RELEASE
+		}
+		switch msg.Kind {
+		case KindLocked:
+			m.onLocked(k, out)
+		case KindInquire:
+			m.onInquire(k, out)
+		case KindFailed:
+			m.onFailed(k, out)
+		}
+	}
+}
+
+// Voter.
+
+func (m *maekawa) onRequest(j int, ts uint64, out *output) {
+	k := m.enqueue(mkEntry{ts: ts, id: j})
+	if m.grantTo < 0 {
+		m.grantBest(out)
+		return
+	}
+	m.tell(k, out)
+}
+
+// enqueue inserts e into the queue in (ts, id) order and returns its
+// index.
+func (m *maekawa) enqueue(e mkEntry) int {
+	k, _ := slices.BinarySearchFunc(m.queue, e, func(a, b mkEntry) int {
+		switch {
+		case before(a.ts, a.id, b.ts, b.id):
+			return -1
+		case before(b.ts, b.id, a.ts, a.id):
+			return 1
+		}
+		return 0
+	})
+	m.queue = slices.Insert(m.queue, k, e)
+	return k
+}
+
+// grantBest votes for the best waiting request, if any, after our vote
+// came back.
+func (m *maekawa) grantBest(out *output) {
+	m.inquired = false
+	if len(m.queue) == 0 {
+		m.grantTo, m.grantTS = -1, 0
+		return
+	}
+	e := m.queue[0]
+	m.queue = slices.Delete(m.queue, 0, 1)
+	m.grantTo, m.grantTS = e.id, e.ts
+	m.send(Message{Kind: KindLocked, From: m.id, To: e.id, TS: e.ts}, out)
+	m.tell(-1, out)
+}
+
+// tell brings the waiting requesters and our grantee up to date, after the
+// request at index arrived (-1 if none did): every waiting request behind
+// a better one, granted or waiting, learns that it cannot win now (FAILED,
+// once), and the grantee is asked for the vote back (INQUIRE, once per
+// grant) when a better request waits. The FAILED rule covers a request
+// that was the best waiting one when it arrived, and so got no FAILED,
+// and then fell behind a better one: if it never learnt, it could keep a
+// vote elsewhere that the better request needs, while waiting for the
+// vote the better one has (TestMaekawaExhaustive, "displaced n=5"). The
+// mutant "failed-on-arrival" answers FAILED only to an arriving request,
+// and so deadlocks; the mutant "no-inquire" sends neither message.
+func (m *maekawa) tell(arrived int, out *output) {
+	for k := range m.queue {
+		if m.lateFail && k != arrived {
+			continue
+		}
+		e := &m.queue[k]
+		if !e.failed && (k > 0 || before(m.grantTS, m.grantTo, e.ts, e.id)) {
+			e.failed = true
+			if !m.noInquire {
+				m.send(Message{Kind: KindFailed, From: m.id, To: e.id, TS: e.ts}, out)
+			}
+		}
+	}
+	if len(m.queue) > 0 && !m.inquired && before(m.queue[0].ts, m.queue[0].id, m.grantTS, m.grantTo) {
+		m.inquired = true
+		if !m.noInquire {
+			m.send(Message{Kind: KindInquire, From: m.id, To: m.grantTo, TS: m.grantTS}, out)
+		}
+	}
+}
+
+// Requester.
+
+func (m *maekawa) onLocked(k int, out *output) {
+	m.votes[k] = voteLocked
+	if m.inquiry[k] && m.losing() {
+		m.yield(k, out) // an INQUIRE that overtook this LOCKED
+		return
+	}
+	for _, v := range m.votes {
+		if v != voteLocked {
+			return
+		}
+	}
+	m.state = mkHeld
+	clear(m.inquiry) // our RELEASE will answer them
+	out.enter()
+}
+
+func (m *maekawa) onInquire(k int, out *output) {
+	if (m.votes[k] == voteLocked || m.eagerGive) && m.losing() {
+		m.yield(k, out)
+		return
+	}
+	m.inquiry[k] = true // until we know we lose, or until its LOCKED arrives
+}
+
+func (m *maekawa) onFailed(k int, out *output) {
+	if m.votes[k] != voteNone {
+		return
+	}
+	m.votes[k] = voteFailed
+	for i, asked := range m.inquiry {
+		if asked && m.votes[i] == voteLocked {
+			m.yield(i, out)
+		}
+	}
+}
+
+// losing reports whether we know our request cannot win now: a voter said
+// FAILED, or has the vote we gave back.
+func (m *maekawa) losing() bool {
+	for _, v := range m.votes {
+		if v == voteFailed || v == voteYielded {
+			return true
+		}
+	}
+	return false
+}
+
+// yield gives voter set[k]'s vote back.
+func (m *maekawa) yield(k int, out *output) {
+	m.votes[k] = voteYielded
+	m.inquiry[k] = false
+	m.send(Message{Kind: KindRelinquish, From: m.id, To: m.set[k], TS: m.ts}, out)
+}
+
+func (m *maekawa) clone() machine {
+	c := *m
+	c.set = slices.Clone(m.set)
+	c.votes = slices.Clone(m.votes)
+	c.inquiry = slices.Clone(m.inquiry)
+	c.queue = slices.Clone(m.queue)
+	c.local = nil
+	return &c
+}
+
+func (m *maekawa) appendState(b []byte) []byte {
+	b = appendUint(b, m.clock)
+	b = append(b, byte(m.state))
+	b = appendUint(b, m.ts)
+	for k, v := range m.votes {
+		b = append(b, byte(v))
+		b = appendBool(b, m.inquiry[k])
+	}
+	b = appendInt(b, m.grantTo)
+	b = appendUint(b, m.grantTS)
+	b = appendBool(b, m.inquired)
+	b = appendInt(b, len(m.queue))
+	for _, e := range m.queue {
+		b = appendUint(b, e.ts)
+		b = appendInt(b, e.id)
+		b = appendBool(b, e.failed)
+	}
+	return b
+}
