@@ -38,10 +38,14 @@ type Peer struct {
 	wg   sync.WaitGroup
 }
 
-// A waiter is one blocked Lock call. ch receives once, when the caller has
-// been given the critical section; a waiter given up is no longer in the
-// queue, so it can never be signalled.
-type waiter struct{ ch chan struct{} }
+// A waiter is one blocked Lock call. ch receives once: when the caller has
+// been given the critical section, or, with err set to ErrClosed, when the
+// peer was closed first. A waiter given up is no longer in the queue, so it
+// can never be signalled.
+type waiter struct {
+	ch  chan struct{}
+	err error // set before ch is signalled by Close
+}
 
 var waiterPool = sync.Pool{New: func() any { return &waiter{ch: make(chan struct{}, 1)} }}
 
@@ -111,15 +115,27 @@ func (p *Peer) LockContext(ctx context.Context) error {
 	p.waiters = append(p.waiters, w)
 	p.mu.Unlock()
 
+	if ctx.Done() == nil {
+		// A context that never ends, as Lock's: a plain receive is the
+		// cheapest wait, and Close signals the waiter itself.
+		<-w.ch
+		return w.done()
+	}
 	select {
 	case <-w.ch:
-		waiterPool.Put(w)
-		return nil
+		return w.done()
 	case <-ctx.Done():
 		return p.abandon(w, ctx.Err())
-	case <-p.done:
-		return p.abandon(w, ErrClosed)
 	}
+}
+
+// done returns w, which has been signalled, to the pool and returns nil if
+// it was given the critical section, or ErrClosed.
+func (w *waiter) done() error {
+	err := w.err
+	w.err = nil
+	waiterPool.Put(w)
+	return err
 }
 
 // abandon withdraws waiter w, which gives up with err. If w was given the
@@ -138,9 +154,12 @@ func (p *Peer) abandon(w *waiter, err error) error {
 			return err
 		}
 	}
-	// Not queued any more: admitLocked chose w and signalled it.
+	// Not queued any more: admitLocked chose w, or Close woke it, and
+	// signalled it.
 	<-w.ch
-	waiterPool.Put(w)
+	if w.done() != nil {
+		return err // woken by Close: w held nothing
+	}
 	if p.closed {
 		p.held = false
 		return err
@@ -199,25 +218,26 @@ func (p *Peer) Close() error {
 	}
 	p.closed = true
 	close(p.done)
+	for _, w := range p.waiters {
+		w.err = ErrClosed
+		w.ch <- struct{}{} // buffered; never blocks
+	}
+	clear(p.waiters)
+	p.waiters = nil
 	p.mu.Unlock()
 	err := p.tr.Close()
 	p.wg.Wait()
 	return err
 }
 
-// receive feeds the transport's messages to the machine until Close.
+// receive feeds the transport's messages to the machine until Close,
+// which closes the transport and so, by the Transport contract, in. A
+// plain range costs much less than a select with a second channel, and
+// every message passes here.
 func (p *Peer) receive(in <-chan Message) {
 	defer p.wg.Done()
-	for {
-		select {
-		case m, ok := <-in:
-			if !ok {
-				return
-			}
-			p.deliver(m)
-		case <-p.done:
-			return
-		}
+	for m := range in {
+		p.deliver(m)
 	}
 }
 
@@ -270,9 +290,13 @@ func (p *Peer) admitLocked() {
 		p.releaseLocked()
 		return
 	}
+	// Shift the queue down rather than reslice it from the front, so that
+	// append reuses its array and a steady stream of callers allocates
+	// nothing; local queues are short.
 	w := p.waiters[0]
-	p.waiters[0] = nil
-	p.waiters = p.waiters[1:]
+	copy(p.waiters, p.waiters[1:])
+	p.waiters[len(p.waiters)-1] = nil
+	p.waiters = p.waiters[:len(p.waiters)-1]
 	p.takeLocked()
 	w.ch <- struct{}{} // buffered; never blocks
 }
