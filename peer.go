@@ -33,6 +33,7 @@ type Peer struct {
 	closed    bool
 	entries   uint64
 	sent      [numKinds]uint64
+	fast      fastPath // re-entry without the mutex or the machine; see fastpath.go
 
 	done chan struct{} // closed by Close
 	wg   sync.WaitGroup
@@ -85,6 +86,9 @@ func (p *Peer) ID() int { return p.id }
 // Lock blocks until this peer is in the critical section. On a closed peer
 // it panics with ErrClosed rather than block forever.
 func (p *Peer) Lock() {
+	if p.fast.tryLock() {
+		return
+	}
 	if err := p.LockContext(context.Background()); err != nil {
 		panic(err)
 	}
@@ -96,17 +100,22 @@ func (p *Peer) LockContext(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
+	if p.fast.tryLock() {
+		return nil
+	}
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()
 		return ErrClosed
 	}
+	p.disarmLocked()
 	if !p.held && !p.requested && len(p.waiters) == 0 {
 		// Fast path: a machine that can enter at once (an idle token
 		// holder, a lone peer) does so on this goroutine.
 		p.requested = true
 		if p.stepLocked(event{kind: evRequest}) {
 			p.takeLocked()
+			p.localEntryLocked()
 			p.mu.Unlock()
 			return nil
 		}
@@ -171,20 +180,27 @@ func (p *Peer) abandon(w *waiter, err error) error {
 // as sync.Mutex does. Unlock on a closed peer that held the lock only
 // clears the hold.
 func (p *Peer) Unlock() {
+	if p.fast.tryUnlock() {
+		return
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.disarmLocked()
 	if !p.held {
 		panic("dmutex: unlock of unlocked mutex")
 	}
 	p.held = false
 	p.holdFence = 0
 	if !p.closed {
-		p.releaseLocked()
+		p.releaseProbeLocked()
 	}
 }
 
 // Fence returns the fencing token of the current hold, or 0.
 func (p *Peer) Fence() uint64 {
+	if f := p.fast.fence(); f != 0 {
+		return f
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.holdFence
@@ -194,7 +210,7 @@ func (p *Peer) Fence() uint64 {
 func (p *Peer) Stats() Stats {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	s := Stats{Entries: p.entries}
+	s := Stats{Entries: p.entries + p.fastEntriesLocked()}
 	for k, v := range p.sent {
 		if v != 0 {
 			if s.ByKind == nil {
@@ -217,6 +233,7 @@ func (p *Peer) Close() error {
 		return nil
 	}
 	p.closed = true
+	p.disarmLocked()
 	close(p.done)
 	for _, w := range p.waiters {
 		w.err = ErrClosed
@@ -247,6 +264,7 @@ func (p *Peer) deliver(m Message) {
 	if p.closed || !m.Kind.Valid() || m.To != p.id || m.From < 0 || m.From >= p.n || m.From == p.id {
 		return // a transport must not deliver such a message; drop it
 	}
+	p.interruptLocked() // a message ends any fast path and probe
 	p.fence = max(p.fence, m.Fence)
 	if p.stepLocked(event{kind: evMessage, msg: m}) {
 		p.admitLocked()
