@@ -3,6 +3,7 @@ package dmutex
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"sync"
 )
 
@@ -251,24 +252,35 @@ func (p *Peer) Close() error {
 // which closes the transport and so, by the Transport contract, in. A
 // plain range costs much less than a select with a second channel, and
 // every message passes here.
+//
+// While the peer waits for more answers (a request is outstanding) and
+// none is queued, it yields once before it blocks: the peers about to
+// answer are usually runnable on this very P, and if they run first their
+// answers land in the buffer of a goroutine that is not parked, which
+// then takes them all in one go instead of being woken for each one.
 func (p *Peer) receive(in <-chan Message) {
 	defer p.wg.Done()
 	for m := range in {
-		p.deliver(m)
+		if p.deliver(m) && len(in) == 0 {
+			runtime.Gosched()
+		}
 	}
 }
 
-func (p *Peer) deliver(m Message) {
+// deliver steps the machine for m and reports whether a request of this
+// peer is still outstanding afterwards.
+func (p *Peer) deliver(m Message) (waiting bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed || !m.Kind.Valid() || m.To != p.id || m.From < 0 || m.From >= p.n || m.From == p.id {
-		return // a transport must not deliver such a message; drop it
+		return false // a transport must not deliver such a message; drop it
 	}
 	p.interruptLocked() // a message ends any fast path and probe
 	p.fence = max(p.fence, m.Fence)
 	if p.stepLocked(event{kind: evMessage, msg: m}) {
 		p.admitLocked()
 	}
+	return p.requested
 }
 
 // stepLocked applies ev to the machine, hands the resulting messages to the
