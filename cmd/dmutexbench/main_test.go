@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/csv"
 	"encoding/json"
+	"fmt"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -218,4 +219,21 @@ func TestContendedMessagesImplicit(t *testing.T) {
 	require.NoError(t, err)
 	assert.GreaterOrEqual(t, implicit, 1.5*(n-1)-1e-9)
 	assert.Less(t, implicit, 2.0*(n-1), "implicit replies must save messages when all ask")
+}
+
+// TestSequentialMessagesExact checks the one-at-a-time count against the
+// closed form the table prints beside it: it must be exact, not close.
+func TestSequentialMessagesExact(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	for _, name := range []string{"centralized", "lamport", "ricart-agrawala", implicitName} {
+		v, err := parseVariant(name)
+		require.NoError(t, err)
+		for _, n := range []int{1, 2, 3, 5, 8} {
+			t.Run(fmt.Sprintf("%s/n=%d", name, n), func(t *testing.T) {
+				got, err := sequentialMessages(v, n, rng)
+				require.NoError(t, err)
+				assert.InDelta(t, theories[name].at(float64(n)), got, 1e-9)
+			})
+		}
+	}
 }

@@ -230,11 +230,34 @@ func sequentialMessages(v variant, n int, rng *rand.Rand) (float64, error) {
 		}
 		p.Unlock()
 		if i == 0 {
-			before = c.Stats()
+			before = quiesce(c)
 		}
 	}
-	s := c.Stats().Sub(before)
+	s := quiesce(c).Sub(before)
 	return float64(s.Messages) / float64(s.Entries), nil
+}
+
+// quiesce waits until c has sent no message for a few milliseconds and
+// returns its stats. An entry can complete before every message it
+// caused is sent (a Lamport peer may enter on a RELEASE stamped later
+// than its request, before the REPLY it is also owed), so counting right
+// after the last Unlock could miss a message or count it for the next
+// entry. It gives up after a quarter of a second, for an algorithm that
+// keeps sending while idle.
+func quiesce(c *dmutex.Cluster) dmutex.Stats {
+	const still = 3 // consecutive quiet polls
+	s := c.Stats()
+	for quiet, polls := 0, 0; quiet < still && polls < 250; polls++ {
+		time.Sleep(time.Millisecond)
+		t := c.Stats()
+		if t.Messages == s.Messages {
+			quiet++
+		} else {
+			quiet = 0
+		}
+		s = t
+	}
+	return s
 }
 
 // contendedMessages returns the messages per entry when k of n peers ask
