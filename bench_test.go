@@ -255,12 +255,13 @@ func benchFanout(b *testing.B, k int) {
 
 // BenchmarkIdlePeer measures what an idle peer costs: the heap and stack
 // that creating a cluster adds, divided by its peers, reported as
-// bytes/peer. ns/op is the time to start and close the whole cluster.
+// bytes/peer and split into heap-bytes/peer and stack-bytes/peer. ns/op is
+// the time to start and close the whole cluster.
 func BenchmarkIdlePeer(b *testing.B) {
 	for _, v := range variants() {
 		for _, n := range []int{8, 128, 1024} {
 			b.Run(fmt.Sprintf("alg=%s/n=%d", v.name, n), func(b *testing.B) {
-				perPeer := idleBytesPerPeer(b, v, n)
+				heap, stack := idleBytesPerPeer(b, v, n)
 				b.ReportAllocs()
 				b.ResetTimer()
 				for range b.N {
@@ -268,7 +269,10 @@ func BenchmarkIdlePeer(b *testing.B) {
 					require.NoError(b, err)
 					require.NoError(b, c.Close())
 				}
-				b.ReportMetric(perPeer, "bytes/peer") // after ResetTimer, which drops metrics
+				// After ResetTimer, which drops metrics.
+				b.ReportMetric(heap+stack, "bytes/peer")
+				b.ReportMetric(heap, "heap-bytes/peer")
+				b.ReportMetric(stack, "stack-bytes/peer")
 			})
 		}
 	}
@@ -278,7 +282,7 @@ func BenchmarkIdlePeer(b *testing.B) {
 // peer: heap in use plus goroutine stacks, measured after a GC on both
 // sides of New. Small clusters are built several times over, so that at
 // least 1024 peers are measured and the GC's noise averages out.
-func idleBytesPerPeer(tb testing.TB, v variant, n int) float64 {
+func idleBytesPerPeer(tb testing.TB, v variant, n int) (heap, stack float64) {
 	reps := (1024 + n - 1) / n
 	cs := make([]*Cluster, 0, reps)
 	var m0, m1 runtime.MemStats
@@ -291,11 +295,12 @@ func idleBytesPerPeer(tb testing.TB, v variant, n int) float64 {
 	}
 	runtime.GC()
 	runtime.ReadMemStats(&m1)
-	used := int64(m1.HeapAlloc+m1.StackInuse) - int64(m0.HeapAlloc+m0.StackInuse)
+	heap = float64(int64(m1.HeapAlloc)-int64(m0.HeapAlloc)) / float64(reps*n)
+	stack = float64(int64(m1.StackInuse)-int64(m0.StackInuse)) / float64(reps*n)
 	for _, c := range cs {
 		require.NoError(tb, c.Close())
 	}
-	return float64(used) / float64(reps*n)
+	return heap, stack
 }
 
 // TestScale1024 starts 1024 Ricart-Agrawala peers, takes 1000 entries with
