@@ -23,7 +23,8 @@ import (
 var chartWidth, chartHeight = 30 * vg.Centimeter, 12 * vg.Centimeter
 
 // drawChart draws two panels to file, as PNG or SVG by its extension:
-// messages per entry (one at a time) against n for every algorithm, and
+// messages per entry (one at a time, plus all N at once where that costs
+// another count) against n for every algorithm, and
 // the p50 Lock latency against the number of contenders at one size (8
 // if measured, else the first).
 func drawChart(file string, rows []row, loads []load) error {
@@ -89,7 +90,7 @@ func floorLog(y float64) float64 { return math.Max(y, 0.1) }
 
 func msgsPlot(rows []row) (*plot.Plot, error) {
 	p := plot.New()
-	p.Title.Text = "Messages per entry, one entry at a time"
+	p.Title.Text = "Messages per entry: one at a time, or as noted"
 	p.X.Label.Text = "peers N (log scale)"
 	p.Y.Label.Text = "messages per entry (log scale)"
 	var s series
@@ -102,7 +103,7 @@ func msgsPlot(rows []row) (*plot.Plot, error) {
 		if math.Abs(r.MsgsK-r.MsgsOne) > 0.01*r.MsgsOne {
 			for _, q := range rows {
 				if q.Algorithm == r.Algorithm {
-					s.add(r.Algorithm+", all N ask", float64(q.N), floorLog(q.MsgsK))
+					s.add(r.Algorithm+", all N ask at once", float64(q.N), floorLog(q.MsgsK))
 				}
 			}
 			break

@@ -237,3 +237,21 @@ func TestSequentialMessagesExact(t *testing.T) {
 		}
 	}
 }
+
+func TestFmtMicros(t *testing.T) {
+	tests := []struct {
+		us   float64
+		want string
+	}{
+		{0.012, "12ns"},
+		{0.999, "999ns"},
+		{1, "1.0µs"},
+		{9.74, "9.7µs"},
+		{999.9, "999.9µs"},
+		{1000, "1.00ms"},
+		{12345, "12.35ms"},
+	}
+	for _, tt := range tests {
+		assert.Equal(t, tt.want, fmtMicros(tt.us), "%v µs", tt.us)
+	}
+}

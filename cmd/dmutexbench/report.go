@@ -205,12 +205,15 @@ func cells(r row, raw bool) []string {
 	return append(c, strconv.FormatFloat(r.PerSecond, 'f', 0, 64), r.Weakness)
 }
 
-// fmtMicros formats a latency given in microseconds, such as "9.7µs".
+// fmtMicros formats a latency given in microseconds, such as "9.7µs";
+// below a microsecond (a local re-entry) in nanoseconds.
 func fmtMicros(us float64) string {
 	switch {
 	case us >= 1000:
 		return strconv.FormatFloat(us/1000, 'f', 2, 64) + "ms"
-	default:
+	case us >= 1:
 		return strconv.FormatFloat(us, 'f', 1, 64) + "µs"
+	default:
+		return strconv.FormatFloat(us*1000, 'f', 0, 64) + "ns"
 	}
 }
