@@ -255,3 +255,14 @@ func TestFmtMicros(t *testing.T) {
 		assert.Equal(t, tt.want, fmtMicros(tt.us), "%v µs", tt.us)
 	}
 }
+
+func TestIsTerminal(t *testing.T) {
+	f, err := os.CreateTemp(t.TempDir(), "stderr")
+	require.NoError(t, err)
+	defer f.Close()
+	assert.False(t, isTerminal(f), "a regular file is no terminal: no progress line")
+	if tty, err := os.OpenFile("/dev/tty", os.O_WRONLY, 0); err == nil {
+		defer tty.Close()
+		assert.True(t, isTerminal(tty))
+	}
+}
