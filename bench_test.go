@@ -19,7 +19,8 @@ var benchSizes = []int{2, 8, 32, 128}
 // BenchmarkEntry measures one critical-section entry (Lock, then Unlock)
 // for every available algorithm and variant, cluster size and load:
 // load=one has one contender at a time (a seeded random peer, never the
-// previous one), load=all has every peer contend at once. Besides ns/op
+// previous one), load=all has every peer contend at once, each taking an
+// equal share of the b.N entries. Besides ns/op
 // and allocs/op it reports msgs/op, counted at the transport, the p50 and
 // p99 latency of Lock, and allocs/msg.
 func BenchmarkEntry(b *testing.B) {
@@ -86,25 +87,30 @@ func entriesOne(peers []Locker, lat []time.Duration) func() {
 	}
 }
 
-// entriesAll returns a run in which every peer takes entries in a loop
-// until len(lat) entries have been taken in all. Its goroutines are
-// started before it returns, so starting them is not measured.
+// entriesAll returns a run in which every peer takes its share of
+// len(lat) entries in a loop, all at once. Fixed shares keep every peer
+// contending to the end: with a shared counter, a peer that enters
+// without messages (centralized's coordinator) could take every entry
+// before the others had sent a request. Its goroutines are started before
+// it returns, so starting them is not measured.
 func entriesAll(peers []Locker, lat []time.Duration) func() {
 	start := make(chan struct{})
 	var next atomic.Int64
 	var wg sync.WaitGroup
-	for _, p := range peers {
+	n := len(peers)
+	for i, p := range peers {
+		share := len(lat) / n
+		if i < len(lat)%n {
+			share++
+		}
 		wg.Go(func() {
 			<-start
-			for {
-				i := next.Add(1) - 1
-				if i >= int64(len(lat)) {
-					return
-				}
+			for range share {
 				t0 := time.Now()
 				p.Lock()
-				lat[i] = time.Since(t0)
+				d := time.Since(t0)
 				p.Unlock()
+				lat[next.Add(1)-1] = d
 			}
 		})
 	}
