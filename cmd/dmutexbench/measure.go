@@ -1,0 +1,305 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/dmutex/dmutex"
+)
+
+// A variant is one algorithm configuration the command measures.
+type variant struct {
+	name string
+	alg  dmutex.Algorithm
+	opts []dmutex.Option
+}
+
+// implicitName is the name of Ricart-Agrawala with implicit replies.
+const implicitName = "ricart-agrawala-implicit"
+
+// available reports whether the library can build alg yet: algorithms
+// still under construction make New fail.
+func available(alg dmutex.Algorithm) bool {
+	c, err := dmutex.New(alg, 1)
+	if err != nil {
+		return false
+	}
+	_ = c.Close()
+	return true
+}
+
+// allVariants returns every available algorithm, in the library's order,
+// with the implicit-reply variant right after Ricart-Agrawala.
+func allVariants() []variant {
+	var vs []variant
+	for _, a := range dmutex.Algorithms() {
+		if !available(a) {
+			continue
+		}
+		vs = append(vs, variant{name: a.String(), alg: a})
+		if a == dmutex.RicartAgrawala {
+			vs = append(vs, variant{name: implicitName, alg: a, opts: []dmutex.Option{dmutex.WithImplicitReplies()}})
+		}
+	}
+	return vs
+}
+
+// parseVariant returns the variant named s: an algorithm name or short form
+// that dmutex.ParseAlgorithm accepts, or ricart-agrawala-implicit.
+func parseVariant(s string) (variant, error) {
+	if s == implicitName || s == "ra-implicit" {
+		return variant{name: implicitName, alg: dmutex.RicartAgrawala, opts: []dmutex.Option{dmutex.WithImplicitReplies()}}, nil
+	}
+	a, err := dmutex.ParseAlgorithm(s)
+	if err != nil {
+		return variant{}, err
+	}
+	if !available(a) {
+		return variant{}, fmt.Errorf("algorithm %v is not available yet", a)
+	}
+	return variant{name: a.String(), alg: a}, nil
+}
+
+// A load is how many peers contend at once: 1 is one entry at a time,
+// 0 stands for every peer of the cluster.
+type load int
+
+const fullLoad load = 0
+
+// contenders returns how many peers of n contend under l.
+func (l load) contenders(n int) int {
+	if l == fullLoad || int(l) > n {
+		return n
+	}
+	return int(l)
+}
+
+func (l load) String() string {
+	switch l {
+	case 1:
+		return "light"
+	case fullLoad:
+		return "full"
+	}
+	return fmt.Sprintf("k=%d", int(l))
+}
+
+// A latency summarizes the Lock latencies measured under one load.
+type latency struct {
+	Load       string  `json:"load"`
+	Contenders int     `json:"contenders"`
+	Entries    uint64  `json:"entries"`
+	P50        float64 `json:"p50_us"`
+	P99        float64 `json:"p99_us"`
+	PerSecond  float64 `json:"entries_per_s"`
+	MsgsEntry  float64 `json:"msgs_per_entry"`
+	elapsed    time.Duration
+	contenders int
+}
+
+// latencyRun keeps k peers of c taking entries in a loop for d (k = 1:
+// one caller on a random peer at a time, never the same peer twice in a
+// row; otherwise one caller on each of k distinct peers) and measures
+// each Lock's latency, the entries per second and the messages per entry.
+func latencyRun(c *dmutex.Cluster, k int, d time.Duration, rng *rand.Rand) (latency, error) {
+	peers := c.Peers()
+	n := len(peers)
+	before := c.Stats()
+	ctx, cancel := context.WithTimeout(context.Background(), d+30*time.Second)
+	defer cancel()
+	stop := make(chan struct{})
+	var (
+		mu   sync.Mutex
+		lats []time.Duration
+		errs atomic.Value
+	)
+	record := func(local []time.Duration) {
+		mu.Lock()
+		lats = append(lats, local...)
+		mu.Unlock()
+	}
+	var wg sync.WaitGroup
+	start := time.Now()
+	if k == 1 {
+		order := rng.Perm(n)
+		wg.Go(func() {
+			var local []time.Duration
+			defer func() { record(local) }()
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				p := peers[order[i%n]]
+				t0 := time.Now()
+				if err := p.LockContext(ctx); err != nil {
+					errs.Store(err)
+					return
+				}
+				local = append(local, time.Since(t0))
+				p.Unlock()
+			}
+		})
+	} else {
+		for _, id := range rng.Perm(n)[:k] {
+			p := peers[id]
+			wg.Go(func() {
+				var local []time.Duration
+				defer func() { record(local) }()
+				for {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					t0 := time.Now()
+					if err := p.LockContext(ctx); err != nil {
+						errs.Store(err)
+						return
+					}
+					local = append(local, time.Since(t0))
+					p.Unlock()
+				}
+			})
+		}
+	}
+	time.Sleep(d)
+	close(stop)
+	wg.Wait()
+	elapsed := time.Since(start)
+	if err, _ := errs.Load().(error); err != nil {
+		return latency{}, fmt.Errorf("%v n=%d k=%d: %w", c.Algorithm(), n, k, err)
+	}
+	diff := c.Stats().Sub(before)
+	slices.Sort(lats)
+	l := latency{
+		Contenders: k,
+		Entries:    diff.Entries,
+		PerSecond:  float64(diff.Entries) / elapsed.Seconds(),
+		elapsed:    elapsed,
+	}
+	if diff.Entries > 0 {
+		l.MsgsEntry = float64(diff.Messages) / float64(diff.Entries)
+	}
+	if len(lats) > 0 {
+		l.P50 = micros(percentile(lats, 50))
+		l.P99 = micros(percentile(lats, 99))
+	}
+	return l, nil
+}
+
+func micros(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
+
+// percentile returns the q-th percentile (nearest rank) of sorted s.
+func percentile(s []time.Duration, q int) time.Duration {
+	i := (len(s)*q + 99) / 100
+	return s[max(i-1, 0)]
+}
+
+// sequentialMessages returns the messages per entry when the peers of a
+// cluster of n take entries one at a time, each peer twice, in a random
+// order that never has the same peer twice in a row. Counted at the
+// transport after every entry has completed, this is exact: the average
+// over the peers of one entry each, where the previous entry was another
+// peer's.
+func sequentialMessages(v variant, n int, rng *rand.Rand) (float64, error) {
+	c, err := dmutex.New(v.alg, n, v.opts...)
+	if err != nil {
+		return 0, err
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	order := append(rng.Perm(n), rng.Perm(n)...)
+	if n > 1 && order[n] == order[n-1] {
+		order[n], order[n+1] = order[n+1], order[n]
+	}
+	// A first, uncounted entry by another peer than the first counted one
+	// moves any token away from where it started.
+	var before dmutex.Stats
+	for i, id := range append([]int{(order[0] + 1) % n}, order...) {
+		p := c.Peer(id)
+		if err := p.LockContext(ctx); err != nil {
+			return 0, fmt.Errorf("%s n=%d: %w", v.name, n, err)
+		}
+		p.Unlock()
+		if i == 0 {
+			before = quiesce(c)
+		}
+	}
+	s := quiesce(c).Sub(before)
+	return float64(s.Messages) / float64(s.Entries), nil
+}
+
+// quiesce waits until c has sent no message for a few milliseconds and
+// returns its stats. An entry can complete before every message it
+// caused is sent (a Lamport peer may enter on a RELEASE stamped later
+// than its request, before the REPLY it is also owed), so counting right
+// after the last Unlock could miss a message or count it for the next
+// entry. It gives up after a quarter of a second, for an algorithm that
+// keeps sending while idle.
+func quiesce(c *dmutex.Cluster) dmutex.Stats {
+	const still = 3 // consecutive quiet polls
+	s := c.Stats()
+	for quiet, polls := 0, 0; quiet < still && polls < 250; polls++ {
+		time.Sleep(time.Millisecond)
+		t := c.Stats()
+		if t.Messages == s.Messages {
+			quiet++
+		} else {
+			quiet = 0
+		}
+		s = t
+	}
+	return s
+}
+
+// contendedMessages returns the messages per entry when k of n peers ask
+// for the critical section at the same moment, each once. It is the one
+// place to switch to the simulator, whose counts are exact, when it lands
+// (NewSimulation(alg, n, opts...), Request each of k peers, Run, Stats).
+var contendedMessages = clusterContendedMessages
+
+// clusterContendedMessages measures contendedMessages on a goroutine
+// cluster: rounds of k distinct peers, released together, each taking one
+// entry. The requests of a round overlap on most runs but not all, so the
+// figure is a measurement, not an exact count.
+func clusterContendedMessages(v variant, n, k int, rng *rand.Rand) (float64, error) {
+	c, err := dmutex.New(v.alg, n, v.opts...)
+	if err != nil {
+		return 0, err
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	rounds := max(3, 64/k)
+	for range rounds {
+		start := make(chan struct{})
+		var wg sync.WaitGroup
+		var failed atomic.Value
+		for _, id := range rng.Perm(n)[:k] {
+			p := c.Peer(id)
+			wg.Go(func() {
+				<-start
+				if err := p.LockContext(ctx); err != nil {
+					failed.Store(err)
+					return
+				}
+				p.Unlock()
+			})
+		}
+		close(start)
+		wg.Wait()
+		if err, _ := failed.Load().(error); err != nil {
+			return 0, fmt.Errorf("%s n=%d k=%d: %w", v.name, n, k, err)
+		}
+	}
+	s := c.Stats()
+	return float64(s.Messages) / float64(s.Entries), nil
+}

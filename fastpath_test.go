@@ -1,0 +1,245 @@
+package dmutex
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// scripted is a machine for runtime tests: it enters at once on every
+// request and records every event it is given.
+type scripted struct {
+	mu           *sync.Mutex // guards log, which the test reads
+	log          *[]eventKind
+	requests     int  // requests seen; part of the state if countInState
+	countInState bool // the state changes every round, so rounds are no no-op
+	releaseSends bool // release sends a message, as a token ring passes its token
+	inside       bool
+}
+
+func (s *scripted) step(ev event, out *output) {
+	s.mu.Lock()
+	*s.log = append(*s.log, ev.kind)
+	s.mu.Unlock()
+	switch ev.kind {
+	case evRequest:
+		s.requests++
+		s.inside = true
+		out.enter()
+	case evRelease:
+		s.inside = false
+		if s.releaseSends {
+			out.send(Message{Kind: KindToken, From: 0, To: 1})
+		}
+	}
+}
+
+func (s *scripted) clone() machine { c := *s; return &c }
+
+func (s *scripted) appendState(b []byte) []byte {
+	b = appendBool(b, s.inside)
+	if s.countInState {
+		b = appendInt(b, s.requests)
+	}
+	return b
+}
+
+// scriptedPeer starts peer 0 of a two-endpoint network around m; the test
+// plays peer 1 through the returned endpoint.
+func scriptedPeer(t *testing.T, m *scripted) (*Peer, *ChanEndpoint) {
+	t.Helper()
+	nw := NewChanNetwork(2)
+	p := startPeer(Centralized, 0, 2, m, nw.Endpoint(0))
+	t.Cleanup(func() {
+		require.NoError(t, p.Close())
+		require.NoError(t, nw.Endpoint(1).Close())
+	})
+	return p, nw.Endpoint(1)
+}
+
+func (s *scripted) events() []eventKind {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]eventKind(nil), *s.log...)
+}
+
+func newScripted() *scripted { return &scripted{mu: new(sync.Mutex), log: new([]eventKind)} }
+
+// TestFastPathArmsOnlyOnNoOpRounds takes 100 entries on a peer whose
+// machine enters alone, and checks the runtime skips the machine only when
+// a round of release and request has been shown to change nothing and
+// send nothing; fences and entry counts must not notice either way.
+func TestFastPathArmsOnlyOnNoOpRounds(t *testing.T) {
+	tests := []struct {
+		name         string
+		countInState bool
+		releaseSends bool
+		wantArmed    bool
+	}{
+		{name: "state repeats, release silent", wantArmed: true},
+		{name: "state changes every round", countInState: true},
+		{name: "release sends a message", releaseSends: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			m := newScripted()
+			m.countInState, m.releaseSends = tt.countInState, tt.releaseSends
+			p, _ := scriptedPeer(t, m)
+			const entries = 100
+			var last uint64
+			for i := range entries {
+				p.Lock()
+				f := p.Fence()
+				require.Greater(t, f, last, "entry %d", i)
+				last = f
+				p.Unlock()
+				assert.Zero(t, p.Fence(), "entry %d: no fence outside", i)
+			}
+			assert.Equal(t, uint64(entries), p.Stats().Entries)
+			assert.Equal(t, uint64(entries), last, "one fence per entry")
+			requests := 0
+			for _, e := range m.events() {
+				if e == evRequest {
+					requests++
+				}
+			}
+			if tt.wantArmed {
+				assert.Equal(t, 2, requests, "armed after two rounds: the machine sees one long hold")
+				assert.NotZero(t, p.fast.word.Load()&fastArmed)
+			} else {
+				assert.Equal(t, entries, requests, "every entry must reach the machine")
+				assert.Zero(t, p.fast.word.Load())
+			}
+		})
+	}
+}
+
+// TestFastPathDisarms arms the fast path, then interrupts it with a
+// message, a second caller or Close, and checks the machine is given the
+// skipped release first where the caller had left, and that the peer
+// still counts and fences right.
+func TestFastPathDisarms(t *testing.T) {
+	arm := func(t *testing.T) (*scripted, *Peer, *ChanEndpoint) {
+		m := newScripted()
+		p, other := scriptedPeer(t, m)
+		for range 3 {
+			p.Lock()
+			p.Unlock()
+		}
+		require.NotZero(t, p.fast.word.Load()&fastArmed, "precondition: armed")
+		return m, p, other
+	}
+	msg := Message{Kind: KindRequest, From: 1, To: 0}
+	waitEvents := func(t *testing.T, m *scripted, n int) []eventKind {
+		require.Eventually(t, func() bool { return len(m.events()) >= n }, 5*time.Second, time.Millisecond)
+		return m.events()
+	}
+
+	t.Run("message while outside", func(t *testing.T) {
+		m, p, other := arm(t)
+		require.NoError(t, other.Send(0, msg))
+		got := waitEvents(t, m, 5)
+		// request, release, request (armed), then the replayed release
+		// before the message.
+		assert.Equal(t, []eventKind{evRequest, evRelease, evRequest, evRelease, evMessage}, got)
+		assert.Zero(t, p.fast.word.Load())
+		p.Lock()
+		assert.Equal(t, uint64(4), p.Fence())
+		p.Unlock()
+		assert.Equal(t, uint64(4), p.Stats().Entries)
+	})
+	t.Run("message while inside", func(t *testing.T) {
+		m, p, other := arm(t)
+		p.Lock() // fast entry 4
+		require.NoError(t, other.Send(0, msg))
+		got := waitEvents(t, m, 4)
+		assert.Equal(t, []eventKind{evRequest, evRelease, evRequest, evMessage}, got,
+			"the caller inside keeps the machine's hold: no release yet")
+		assert.Equal(t, uint64(4), p.Fence())
+		p.Unlock()
+		assert.Equal(t, evRelease, m.events()[4])
+		assert.Equal(t, uint64(4), p.Stats().Entries)
+	})
+	t.Run("second caller", func(t *testing.T) {
+		m, p, _ := arm(t)
+		p.Lock()
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			p.Lock() // disarms and waits as an ordinary waiter
+			p.Unlock()
+		}()
+		require.Eventually(t, func() bool { return p.fast.word.Load() == 0 }, 5*time.Second, time.Millisecond)
+		p.Unlock()
+		<-done
+		assert.Equal(t, uint64(5), p.Stats().Entries)
+		assert.Equal(t, []eventKind{evRequest, evRelease, evRequest, evRelease, evRequest, evRelease}, m.events(),
+			"the second caller's entry is an ordinary round")
+	})
+	t.Run("close while inside", func(t *testing.T) {
+		_, p, _ := arm(t)
+		p.Lock()
+		require.NoError(t, p.Close())
+		require.ErrorIs(t, p.LockContext(context.Background()), ErrClosed)
+		p.Unlock() // the hold from before Close can still be dropped
+		require.ErrorIs(t, p.LockContext(context.Background()), ErrClosed)
+		assert.Equal(t, uint64(4), p.Stats().Entries)
+	})
+	t.Run("close while outside", func(t *testing.T) {
+		_, p, _ := arm(t)
+		require.NoError(t, p.Close())
+		require.ErrorIs(t, p.LockContext(context.Background()), ErrClosed)
+		require.PanicsWithError(t, ErrClosed.Error(), p.Lock)
+	})
+}
+
+// TestFastPathCoordinatorUnderContention has centralized's coordinator
+// take entries through the fast path while the other peers contend: no
+// two holders ever overlap and fences keep increasing in entry order.
+func TestFastPathCoordinatorUnderContention(t *testing.T) {
+	c := variant{alg: Centralized}.cluster(t, 4)
+	var (
+		g      guard
+		mu     sync.Mutex
+		fences []uint64
+		wg     sync.WaitGroup
+		errs   = make(chan error, 4)
+	)
+	rounds := 300
+	if testing.Short() {
+		rounds = 60
+	}
+	for _, p := range c.Peers() {
+		wg.Go(func() {
+			n := rounds
+			if p.ID() != 0 {
+				n = rounds / 10
+			}
+			for range n {
+				p.Lock()
+				if err := g.enter(p.ID()); err != nil {
+					errs <- err
+				}
+				mu.Lock()
+				fences = append(fences, p.Fence())
+				mu.Unlock()
+				g.leave()
+				p.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+	require.Len(t, fences, rounds+3*(rounds/10))
+	for i := 1; i < len(fences); i++ {
+		require.Greater(t, fences[i], fences[i-1], "entry %d", i)
+	}
+	assert.Equal(t, uint64(len(fences)), c.Stats().Entries)
+}
