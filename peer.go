@@ -169,8 +169,8 @@ func (p *Peer) abandon(w *waiter, err error) error {
 	// Not queued any more: admitLocked chose w, or Close woke it, and
 	// signalled it.
 	<-w.ch
-	if w.done() != nil {
-		return err // woken by Close: w held nothing
+	if closedErr := w.done(); closedErr != nil {
+		return closedErr // woken by Close: w held nothing
 	}
 	if p.closed {
 		p.held = false
