@@ -46,6 +46,8 @@ type config struct {
 
 	implicitReplies bool // Ricart-Agrawala: WithImplicitReplies
 
+	sim simConfig // NewSimulation only: seed, delivery policy, tracing
+
 	// mutant switches on a deliberately broken variant of the algorithm,
 	// for tests that show the checkers catch it. Empty in real use.
 	mutant string
