@@ -507,9 +507,6 @@ func TestLongRandomRuns(t *testing.T) {
 		}
 		for _, n := range ns {
 			for _, d := range deliveries(v) {
-				if v.opts != nil && d == DeliverReorder {
-					continue // TODO: implicit replies lose a reply when requests are reordered
-				}
 				t.Run(fmt.Sprintf("%s/n=%d/%v", v.name, n, d), func(t *testing.T) {
 					start := time.Now()
 					seed := int64(n)*1000 + int64(d)
