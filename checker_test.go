@@ -65,6 +65,9 @@ type checkSpec struct {
 	bfs     bool   // breadth first, so the first counterexample found is a shortest one
 	compact bool   // store 128-bit fingerprints of the states instead of the states
 	want    string // stop only at a violation containing want; others are counted and cut off
+
+	// build, if set, replaces alg's machines, for tests of the checker.
+	build func(id, n int) machine
 }
 
 // checkResult is what a check found.
@@ -181,6 +184,9 @@ func check(t testing.TB, sp checkSpec) checkResult {
 	}
 	for i := range sp.n {
 		m, err := cfg.newMachine(sp.alg, i, sp.n)
+		if sp.build != nil {
+			m = sp.build(i, sp.n)
+		}
 		require.NoError(t, err)
 		w.ms = append(w.ms, m)
 		w.left[i] = sp.requests
