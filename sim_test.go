@@ -492,7 +492,7 @@ func TestSimulationFindsMutants(t *testing.T) {
 // every request. With -dmutex.long each configuration makes 10^5 entries.
 func TestLongRandomRuns(t *testing.T) {
 	entries := 2000
-	sizes := []int{2, 5, 16}
+	sizes := []int{2, 5, 16, 64}
 	if testing.Short() {
 		entries = 300
 	}
@@ -541,4 +541,32 @@ func TestEventString(t *testing.T) {
 	e := Event{Step: 12, Kind: EventReceive, Peer: 2, Seq: 7, Msg: Message{Kind: KindToken, From: 1, To: 2, TS: 3, Token: &Token{LN: []uint64{1, 0, 2}, Queue: []int{0}}}}
 	assert.Equal(t, "  12 P2 receive m7 token P1->P2 ts=3 LN=[1 0 2] Q=[0]", e.String())
 	assert.Equal(t, "   3 P0 leave", Event{Step: 3, Kind: EventLeave}.String())
+}
+
+// circler is a machine that, once asked, keeps a message circling the
+// ring for ever, as a token ring that never rests would.
+type circler struct{ id, n int }
+
+func (c *circler) step(ev event, out *output) {
+	switch ev.kind {
+	case evRequest:
+		out.enter()
+	case evRelease, evMessage:
+		out.send(Message{Kind: KindToken, From: c.id, To: (c.id + 1) % c.n})
+	}
+}
+func (c *circler) clone() machine              { d := *c; return &d }
+func (c *circler) appendState(b []byte) []byte { return b }
+
+// TestSimulationRunEndsOnIdleTraffic checks that Run returns once every
+// request is served even if messages never stop.
+func TestSimulationRunEndsOnIdleTraffic(t *testing.T) {
+	s := simulation(t, variant{alg: Centralized}, 3, WithoutTrace())
+	for i := range s.ms {
+		s.ms[i] = &circler{id: i, n: 3}
+	}
+	require.NoError(t, s.Request(0))
+	require.NoError(t, s.Run())
+	assert.Equal(t, uint64(1), s.Stats().Entries)
+	assert.Greater(t, s.Stats().Messages, uint64(s.livelockLimit))
 }
