@@ -66,16 +66,21 @@ type checkSpec struct {
 	compact bool   // store 128-bit fingerprints of the states instead of the states
 	want    string // stop only at a violation containing want; others are counted and cut off
 
+	// maxStates, if positive, stops the search after that many states;
+	// the result is then incomplete.
+	maxStates int
+
 	// build, if set, replaces alg's machines, for tests of the checker.
 	build func(id, n int) machine
 }
 
 // checkResult is what a check found.
 type checkResult struct {
-	states      int // distinct worlds visited
-	transitions int // transitions taken, to new worlds or to known ones
-	finals      int // worlds with nothing left to do
-	cut         int // violations that did not match want
+	states      int  // distinct worlds visited
+	transitions int  // transitions taken, to new worlds or to known ones
+	finals      int  // worlds with nothing left to do
+	cut         int  // violations that did not match want
+	incomplete  bool // stopped at maxStates
 	violation   string
 	trace       []string // the steps from the start to the violation
 	elapsed     time.Duration
@@ -264,6 +269,10 @@ func check(t testing.TB, sp checkSpec) checkResult {
 				res.states++
 				work = append(work, item{next, st.link(it.tr)})
 			}
+		}
+		if sp.maxStates > 0 && res.states >= sp.maxStates {
+			res.incomplete = true
+			break
 		}
 		if sp.bfs && head > 4096 && head*2 > len(work) {
 			work = append(work[:0], work[head:]...) // drop the explored prefix

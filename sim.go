@@ -65,7 +65,7 @@ type simConfig struct {
 
 // WithSeed sets the seed of a Simulation's random choices. Two simulations
 // with the same algorithm, size, options, seed and calls behave the same,
-// event for event. The default seed is 1. It applies to NewSimulation only.
+// event for event. The default seed is 0. It applies to NewSimulation only.
 func WithSeed(seed int64) Option {
 	return Option{
 		name:  "WithSeed",
@@ -264,9 +264,6 @@ func NewSimulation(alg Algorithm, n int, opts ...Option) (*Simulation, error) {
 	if cfg.sim.delivery == DeliverReorder && alg.NeedsFIFO() && !cfg.sim.unsafe {
 		return nil, fmt.Errorf("%w: %v needs FIFO channels and delivery %v would reorder them (add WithUnsafeDelivery to insist)",
 			ErrInvalidConfig, alg, cfg.sim.delivery)
-	}
-	if cfg.sim.seed == 0 {
-		cfg.sim.seed = 1
 	}
 	s := &Simulation{
 		alg:    alg,
