@@ -576,3 +576,36 @@ func TestSimulationRunEndsOnIdleTraffic(t *testing.T) {
 	assert.Equal(t, uint64(1), s.Stats().Entries)
 	assert.Greater(t, s.Stats().Messages, uint64(s.livelockLimit))
 }
+
+// BenchmarkSimulation measures the simulator: one op is one entry, made
+// under contention from bursts of requests at random peers, with messages
+// counted at the simulated network.
+func BenchmarkSimulation(b *testing.B) {
+	for _, v := range variants() {
+		for _, n := range []int{3, 16, 64} {
+			b.Run(fmt.Sprintf("%s/n=%d", v.name, n), func(b *testing.B) {
+				b.ReportAllocs()
+				s := simulation(b, v, n, WithoutTrace())
+				rng := rand.New(rand.NewPCG(1, 2))
+				for made := 0; made < b.N; {
+					burst := min(1+rng.IntN(n), b.N-made)
+					for range burst {
+						if err := s.Request(rng.IntN(n)); err != nil {
+							b.Fatal(err)
+						}
+					}
+					made += burst
+					for range rng.IntN(4 * n * n) {
+						if _, err := s.Step(); err != nil {
+							b.Fatal(err)
+						}
+					}
+				}
+				if err := s.Run(); err != nil {
+					b.Fatal(err)
+				}
+				b.ReportMetric(float64(s.Stats().Messages)/float64(b.N), "msgs/op")
+			})
+		}
+	}
+}
