@@ -51,6 +51,8 @@ type config struct {
 
 	votingSets [][]int // Maekawa: WithVotingSets, checked; nil means VotingSets(n)
 
+	sim simConfig // NewSimulation only: seed, delivery policy, tracing
+
 	// mutant switches on a deliberately broken variant of the algorithm,
 	// for tests that show the checkers catch it. Empty in real use.
 	mutant string

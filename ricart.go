@@ -48,6 +48,14 @@ type ricart struct {
 	granted  []bool   // granted[j]: j's permission for ts is in
 	ngranted int      // how many are in
 	deferred []uint64 // deferred[j]: timestamp of j's request we owe a reply, 0 if none
+
+	// seen[j] is the timestamp of the latest request received from j, with
+	// implicit replies only. There a request can be granted before it
+	// reaches us (our own older request was its permission), so over a
+	// reordering network j's next request can overtake it; the older one,
+	// arriving late, is stale and must neither be deferred in place of the
+	// newer one nor count as a permission.
+	seen []uint64
 }
 
 type raState uint8
@@ -59,14 +67,18 @@ const (
 )
 
 func newRicart(id, n int, cfg *config) (machine, error) {
-	return &ricart{
+	r := &ricart{
 		id:       id,
 		n:        n,
 		implicit: cfg.implicitReplies,
 		tieReply: cfg.mutant == "tie-reply",
 		granted:  make([]bool, n),
 		deferred: make([]uint64, n),
-	}, nil
+	}
+	if r.implicit {
+		r.seen = make([]uint64, n)
+	}
+	return r, nil
 }
 
 func (r *ricart) step(ev event, out *output) {
@@ -103,6 +115,12 @@ func (r *ricart) step(ev event, out *output) {
 func (r *ricart) onRequest(m Message, out *output) {
 	j, t := m.From, m.TS
 	r.clock = max(r.clock, t)
+	if r.implicit {
+		if t < r.seen[j] {
+			return // stale: j's newer request is already here
+		}
+		r.seen[j] = t
+	}
 	mine := r.state == raHeld || (r.state == raWanted && before(r.ts, r.id, t, j))
 	if r.tieReply && r.state == raWanted && r.ts == t {
 		mine = false
@@ -145,6 +163,7 @@ func (r *ricart) clone() machine {
 	c := *r
 	c.granted = append([]bool(nil), r.granted...)
 	c.deferred = append([]uint64(nil), r.deferred...)
+	c.seen = append([]uint64(nil), r.seen...)
 	return &c
 }
 
@@ -153,5 +172,6 @@ func (r *ricart) appendState(b []byte) []byte {
 	b = append(b, byte(r.state))
 	b = appendUint(b, r.ts)
 	b = appendBools(b, r.granted)
-	return appendUints(b, r.deferred)
+	b = appendUints(b, r.deferred)
+	return appendUints(b, r.seen)
 }

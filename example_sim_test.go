@@ -1,0 +1,99 @@
+package dmutex_test
+
+import (
+	"fmt"
+	"os"
+
+	"github.com/dmutex/dmutex"
+)
+
+// Three of five Ricart-Agrawala peers ask at once. Each entry costs
+// 2(N-1) messages; with implicit replies the three contenders save one
+// reply per pair of them.
+func ExampleSimulation_kContenders() {
+	for _, opts := range [][]dmutex.Option{nil, {dmutex.WithImplicitReplies()}} {
+		sim, err := dmutex.NewSimulation(dmutex.RicartAgrawala, 5, opts...)
+		if err != nil {
+			panic(err)
+		}
+		for peer := range 3 {
+			if err := sim.Request(peer); err != nil {
+				panic(err)
+			}
+		}
+		if err := sim.Run(); err != nil {
+			panic(err)
+		}
+		fmt.Println(sim.Stats())
+	}
+	// Output:
+	// entries=3 messages=24 (reply=12 request=12)
+	// entries=3 messages=21 (reply=9 request=12)
+}
+
+// A peer of a centralized cluster asks the coordinator, peer 0. Lock-step
+// delivery needs no seed: each round delivers what the last one sent.
+func ExampleSimulation_WriteLog() {
+	sim, err := dmutex.NewSimulation(dmutex.Centralized, 2, dmutex.WithDelivery(dmutex.DeliverLockStep))
+	if err != nil {
+		panic(err)
+	}
+	if err := sim.Request(1); err != nil {
+		panic(err)
+	}
+	if err := sim.Run(); err != nil {
+		panic(err)
+	}
+	if err := sim.WriteLog(os.Stdout); err != nil {
+		panic(err)
+	}
+	// Output:
+	//    0 P1 request
+	//    0 P1 send m1 request P1->P0
+	//    1 P0 receive m1 request P1->P0
+	//    1 P0 send m2 grant P0->P1
+	//    2 P1 receive m2 grant P0->P1
+	//    2 P1 enter
+	//    3 P1 leave
+	//    3 P1 send m3 release P1->P0
+	//    4 P0 receive m3 release P1->P0
+}
+
+// The same run as a Mermaid sequence diagram, which renders on GitHub.
+func ExampleSimulation_WriteMermaid() {
+	sim, err := dmutex.NewSimulation(dmutex.Centralized, 2, dmutex.WithDelivery(dmutex.DeliverLockStep))
+	if err != nil {
+		panic(err)
+	}
+	if err := sim.Request(1); err != nil {
+		panic(err)
+	}
+	if err := sim.Run(); err != nil {
+		panic(err)
+	}
+	if err := sim.WriteMermaid(os.Stdout); err != nil {
+		panic(err)
+	}
+	// Output:
+	// sequenceDiagram
+	//     participant P0
+	//     participant P1
+	//     Note over P1: wants in
+	//     P1->>P0: request
+	//     P0->>P1: grant
+	//     Note over P1: enters
+	//     Note over P1: leaves
+	//     P1->>P0: release
+}
+
+// Lamport's algorithm needs FIFO channels, so a simulation refuses to
+// reorder its messages unless told to insist.
+func ExampleWithUnsafeDelivery() {
+	_, err := dmutex.NewSimulation(dmutex.Lamport, 3, dmutex.WithDelivery(dmutex.DeliverReorder))
+	fmt.Println(err)
+	_, err = dmutex.NewSimulation(dmutex.Lamport, 3, dmutex.WithDelivery(dmutex.DeliverReorder), dmutex.WithUnsafeDelivery())
+	fmt.Println(err)
+	// Output:
+	// dmutex: invalid configuration: lamport needs FIFO channels and delivery reorder would reorder them (add WithUnsafeDelivery to insist)
+	// <nil>
+}

@@ -1,0 +1,56 @@
+package dmutex
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+)
+
+// errNoTrace is returned by the writers of a Simulation built WithoutTrace.
+var errNoTrace = errors.New("dmutex: simulation has no trace (built WithoutTrace)")
+
+// WriteLog writes the events so far as a plain log, one line per event in
+// the form of Event.String: the step, the peer, what it did and, for
+// messages, the serial number, kind, ends and timestamps. Two runs with
+// the same configuration, seed and calls write the same bytes.
+func (s *Simulation) WriteLog(w io.Writer) error {
+	if s.cfg.sim.noTrace {
+		return errNoTrace
+	}
+	bw := bufio.NewWriter(w)
+	for _, e := range s.events {
+		bw.WriteString(e.String())
+		bw.WriteByte('\n')
+	}
+	return bw.Flush()
+}
+
+// WriteMermaid writes the events so far as a Mermaid sequence diagram,
+// which GitHub and most Markdown viewers render: one participant per peer,
+// one arrow per message, drawn when it is delivered and labelled with its
+// kind and timestamps, and a note for each request, entry and exit.
+// Messages still in flight have no arrow yet.
+func (s *Simulation) WriteMermaid(w io.Writer) error {
+	if s.cfg.sim.noTrace {
+		return errNoTrace
+	}
+	bw := bufio.NewWriter(w)
+	bw.WriteString("sequenceDiagram\n")
+	for i := range s.n {
+		fmt.Fprintf(bw, "    participant P%d\n", i)
+	}
+	for _, e := range s.events {
+		switch e.Kind {
+		case EventRequest:
+			fmt.Fprintf(bw, "    Note over P%d: wants in\n", e.Peer)
+		case EventReceive:
+			fmt.Fprintf(bw, "    P%d->>P%d: %s\n", e.Msg.From, e.Msg.To, formatMessage(e.Msg, false))
+		case EventEnter:
+			fmt.Fprintf(bw, "    Note over P%d: enters\n", e.Peer)
+		case EventLeave:
+			fmt.Fprintf(bw, "    Note over P%d: leaves\n", e.Peer)
+		}
+	}
+	return bw.Flush()
+}
