@@ -74,6 +74,11 @@ func checkCases() []checkCase {
 				if a == Maekawa {
 					cs = append(cs, checkCase{v: v, n: 4, requests: 1, net: net, big: true})
 				}
+				if a == TokenRing || a == Raymond {
+					// Cheap enough with four peers: a longer ring, and a
+					// tree with a node two hops from the root.
+					cs = append(cs, checkCase{v: v, n: 4, requests: 1, net: net})
+				}
 			}
 		}
 	}

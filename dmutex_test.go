@@ -31,27 +31,7 @@ func TestSafetyUnderContention(t *testing.T) {
 // TestSequentialCounts takes the lock on one peer at a time and checks each
 // entry's messages against the algorithm's closed form.
 func TestSequentialCounts(t *testing.T) {
-	tests := []struct {
-		v    variant
-		want func(n, id int) map[string]uint64
-	}{
-		{variant{name: "ricart-agrawala", alg: RicartAgrawala}, func(n, _ int) map[string]uint64 {
-			return map[string]uint64{"request": uint64(n - 1), "reply": uint64(n - 1)}
-		}},
-		{variant{name: "ricart-agrawala-implicit", alg: RicartAgrawala, opts: []Option{WithImplicitReplies()}}, func(n, _ int) map[string]uint64 {
-			return map[string]uint64{"request": uint64(n - 1), "reply": uint64(n - 1)}
-		}},
-		{variant{name: "lamport", alg: Lamport}, func(n, _ int) map[string]uint64 {
-			return map[string]uint64{"request": uint64(n - 1), "reply": uint64(n - 1), "release": uint64(n - 1)}
-		}},
-		{variant{name: "centralized", alg: Centralized}, func(_, id int) map[string]uint64 {
-			if id == 0 {
-				return map[string]uint64{}
-			}
-			return map[string]uint64{"request": 1, "grant": 1, "release": 1}
-		}},
-	}
-	for _, tt := range tests {
+	for _, tt := range closedForms {
 		for _, n := range []int{1, 2, 3, 5, 8} {
 			t.Run(tt.v.name+"/n="+strconv.Itoa(n), func(t *testing.T) {
 				c := tt.v.cluster(t, n)

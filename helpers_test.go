@@ -171,3 +171,28 @@ func waitQuiet(t *testing.T, c *Cluster) {
 		time.Sleep(50 * time.Microsecond)
 	}
 }
+
+// closedForms gives, for the permission algorithms, the messages of one
+// entry at a time by kind, as the papers count them: peer id's entry in a
+// cluster of n. The runtime's and the simulator's count tests both check
+// against it.
+var closedForms = []struct {
+	v    variant
+	want func(n, id int) map[string]uint64
+}{
+	{variant{name: "ricart-agrawala", alg: RicartAgrawala}, func(n, _ int) map[string]uint64 {
+		return map[string]uint64{"request": uint64(n - 1), "reply": uint64(n - 1)}
+	}},
+	{variant{name: "ricart-agrawala-implicit", alg: RicartAgrawala, opts: []Option{WithImplicitReplies()}}, func(n, _ int) map[string]uint64 {
+		return map[string]uint64{"request": uint64(n - 1), "reply": uint64(n - 1)}
+	}},
+	{variant{name: "lamport", alg: Lamport}, func(n, _ int) map[string]uint64 {
+		return map[string]uint64{"request": uint64(n - 1), "reply": uint64(n - 1), "release": uint64(n - 1)}
+	}},
+	{variant{name: "centralized", alg: Centralized}, func(_, id int) map[string]uint64 {
+		if id == coordinator {
+			return map[string]uint64{}
+		}
+		return map[string]uint64{"request": 1, "grant": 1, "release": 1}
+	}},
+}

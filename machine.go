@@ -52,15 +52,17 @@ func (k Kind) Valid() bool { return k > 0 && k < numKinds }
 // A Message is what one peer sends another. It is a plain value: a
 // Transport may copy it, serialize it, or hold it as long as it likes.
 //
-// Which fields mean what depends on the algorithm; each algorithm's doc
-// comment says. TS is a Lamport timestamp or a request number, and Ref names
-// the request a message answers, so that a stale answer can be told apart.
+// What TS and Ref mean depends on the algorithm; each machine's comment
+// says. TS is a Lamport timestamp, a request number or a hop count. Ref is
+// a second number: in a Ricart-Agrawala reply, the timestamp of the request
+// it answers, so that a stale reply can be told apart; in Maekawa, the
+// sender's clock; on the token ring, the token's idle count.
 type Message struct {
 	Kind  Kind
 	From  int    // sender's peer id
 	To    int    // receiver's peer id
-	TS    uint64 // sender's timestamp or request number
-	Ref   uint64 // timestamp of the request this message concerns, if any
+	TS    uint64 // timestamp, request number or hop count
+	Ref   uint64 // a second number, per algorithm (see above)
 	Fence uint64 // highest fencing token the sender has seen; set by the runtime
 	Token *Token // the token, on messages that carry one with data; else nil
 }

@@ -155,27 +155,7 @@ func TestSimulationKContenders(t *testing.T) {
 // TestSimulationSequentialCounts has one peer at a time request and run to
 // the end, and checks each entry's messages against the closed form.
 func TestSimulationSequentialCounts(t *testing.T) {
-	tests := []struct {
-		v    variant
-		want func(n, id int) map[string]uint64
-	}{
-		{variant{name: "ricart-agrawala", alg: RicartAgrawala}, func(n, _ int) map[string]uint64 {
-			return map[string]uint64{"request": uint64(n - 1), "reply": uint64(n - 1)}
-		}},
-		{variant{name: "ricart-agrawala-implicit", alg: RicartAgrawala, opts: []Option{WithImplicitReplies()}}, func(n, _ int) map[string]uint64 {
-			return map[string]uint64{"request": uint64(n - 1), "reply": uint64(n - 1)}
-		}},
-		{variant{name: "lamport", alg: Lamport}, func(n, _ int) map[string]uint64 {
-			return map[string]uint64{"request": uint64(n - 1), "reply": uint64(n - 1), "release": uint64(n - 1)}
-		}},
-		{variant{name: "centralized", alg: Centralized}, func(_, id int) map[string]uint64 {
-			if id == coordinator {
-				return map[string]uint64{}
-			}
-			return map[string]uint64{"request": 1, "grant": 1, "release": 1}
-		}},
-	}
-	for _, tt := range tests {
+	for _, tt := range closedForms {
 		for _, n := range []int{1, 2, 3, 5, 8} {
 			for _, d := range deliveries(tt.v) {
 				t.Run(fmt.Sprintf("%s/n=%d/%v", tt.v.name, n, d), func(t *testing.T) {
