@@ -259,6 +259,6 @@ func (s *Simulation) blocked(waiting []int) error {
 			crashed = append(crashed, i)
 		}
 	}
-	return fmt.Errorf("%w: after step %d: peers %v wait forever (%d messages lost, peers %v crashed)",
+	return fmt.Errorf("%w: after step %d: peers %v wait forever (messages lost: %d, peers crashed: %v)",
 		ErrBlocked, s.step, waiting, s.f.lost, crashed)
 }

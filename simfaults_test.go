@@ -240,7 +240,7 @@ func TestSimulationLostTrace(t *testing.T) {
 	err := s.Run()
 	require.ErrorIs(t, err, ErrBlocked)
 	require.NotErrorIs(t, err, ErrViolation)
-	assert.EqualError(t, err, "dmutex: blocked by a fault: after step 2: peers [0] wait forever (1 messages lost, peers [2] crashed)")
+	assert.EqualError(t, err, "dmutex: blocked by a fault: after step 2: peers [0] wait forever (messages lost: 1, peers crashed: [2])")
 	var b bytes.Buffer
 	require.NoError(t, s.WriteLog(&b))
 	assert.Equal(t, `   0 P2 crash
