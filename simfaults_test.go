@@ -404,3 +404,46 @@ func TestSimulationLamportLostRequestBreaksSafety(t *testing.T) {
 	assert.Contains(t, err.Error(), "peer 1 entered while peer 0 was inside")
 	assert.Equal(t, uint64(1), s.Dropped())
 }
+
+// TestSimulationCrashLosesInFlight checks that a crash loses the messages
+// already in flight to and from the crashed peer, in order of sending,
+// and that the crashed peer's own request is withdrawn.
+func TestSimulationCrashLosesInFlight(t *testing.T) {
+	for _, d := range []Delivery{DeliverFIFO, DeliverReorder, DeliverLockStep} {
+		t.Run(d.String(), func(t *testing.T) {
+			s := simulation(t, variant{alg: RicartAgrawala}, 3, WithDelivery(d))
+			require.NoError(t, s.Request(0)) // m1 P0->P1, m2 P0->P2
+			require.NoError(t, s.Request(1)) // m3 P1->P0, m4 P1->P2
+			require.NoError(t, s.Crash(0))
+			assert.Equal(t, uint64(3), s.Dropped(), "m1, m2 and m3 touch peer 0")
+			var lost []uint64
+			for _, e := range s.Events() {
+				if e.Kind == EventLost {
+					lost = append(lost, e.Seq)
+				}
+			}
+			assert.Equal(t, []uint64{1, 2, 3}, lost)
+			err := s.Run()
+			require.ErrorIs(t, err, ErrBlocked)
+			assert.Equal(t, []int{1}, s.Waiting(), "peer 0's request died with it")
+			assert.Zero(t, entered(s, 0))
+		})
+	}
+}
+
+// TestSimulationCrashWithdrawsRequests checks that Run does not wait for
+// the requests of a crashed peer, made or queued: with nobody else
+// asking, it ends cleanly.
+func TestSimulationCrashWithdrawsRequests(t *testing.T) {
+	for _, requests := range []int{1, 2} {
+		t.Run(fmt.Sprintf("requests=%d", requests), func(t *testing.T) {
+			s := simulation(t, variant{alg: RicartAgrawala}, 3)
+			for range requests {
+				require.NoError(t, s.Request(1)) // the second is queued at the peer
+			}
+			require.NoError(t, s.Crash(1))
+			require.NoError(t, s.Run())
+			assert.Empty(t, s.Waiting())
+		})
+	}
+}
