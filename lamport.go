@@ -23,9 +23,9 @@ package dmutex
 // deadline); a lost reply blocks its requester unless a later message
 // from the replier masks it; a lost release blocks the peer that missed
 // it; a partition blocks both sides. None of these lets two peers in at
-// once, but a lost request can: its sender may enter on the later messages of a peer that
-// never queued the request, while that peer enters too (see
-// TestSimulationLamportLostRequestBreaksSafety).
+// once, but a lost request can: its sender may enter on the later
+// messages of a peer that never queued the request, while that peer
+// enters too (see TestSimulationLamportLostRequestBreaksSafety).
 func NewLamport(n int, opts ...Option) (*Cluster, error) {
 	return New(Lamport, n, opts...)
 }
