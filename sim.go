@@ -374,7 +374,8 @@ func (s *Simulation) Run() error {
 // Step takes one scheduling step: with DeliverFIFO and DeliverReorder it
 // delivers one message or lets one peer leave, chosen at random; with
 // DeliverLockStep it runs one round. It reports false when there was
-// nothing to do. It returns an error wrapping ErrViolation as Run does.
+// nothing to do. It returns an error wrapping ErrViolation or ErrBlocked
+// as Run does.
 // Step lets a test add requests between steps, for contention that comes
 // and goes.
 func (s *Simulation) Step() (bool, error) {
