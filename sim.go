@@ -518,7 +518,7 @@ func (s *Simulation) send(peer int, m Message) {
 	if !s.cfg.sim.noTrace {
 		s.record(Event{Kind: EventSend, Peer: peer, Seq: e.seq, Msg: traced(m)})
 	}
-	if s.lostOnSend(m) {
+	if s.f.armed && s.lostOnSend(m) {
 		s.lose(e)
 		return
 	}
