@@ -22,6 +22,7 @@ var ErrBlocked = errors.New("dmutex: blocked by a fault")
 // ChanNetwork's faultState, without clocks: every message in flight is
 // "delayed" until the scheduler picks it.
 type simFaults struct {
+	armed      bool       // some fault was ever set: only then is a send checked
 	loss       float64    // WithLoss: probability that a sent message is lost
 	rng        *rand.Rand // draws for loss; nil when loss is 0
 	drops      []dropRule // DropNext
@@ -55,6 +56,7 @@ func WithLoss(p float64) Option {
 func (s *Simulation) initFaults() {
 	s.f.loss = s.cfg.sim.loss
 	if s.f.loss > 0 {
+		s.f.armed = true
 		// A stream of its own, so that the loss draws do not shift the
 		// scheduler's.
 		s.f.rng = rand.New(rand.NewPCG(s.cfg.sim.seed, 0x1055))
@@ -81,6 +83,7 @@ func (s *Simulation) Crash(peer int) error {
 		return nil
 	}
 	s.f.crashed[peer] = true
+	s.f.armed = true
 	s.record(Event{Kind: EventCrash, Peer: peer})
 	p := &s.peers[peer]
 	if p.inside {
@@ -130,6 +133,7 @@ func (s *Simulation) Partition(groups ...[]int) error {
 	}
 	resolved = slices.DeleteFunc(resolved, func(g []int) bool { return len(g) == 0 })
 	s.f.group = group
+	s.f.armed = true
 	s.record(Event{Kind: EventPartition, Peer: -1, Groups: resolved})
 	s.purge(func(from, to int) bool { return group[from] != group[to] })
 	s.err = s.checkTokens()
@@ -152,6 +156,7 @@ func (s *Simulation) Heal() {
 // lost to a crash or a partition does not use one up.
 func (s *Simulation) DropNext(count int, match func(m Message) bool) {
 	s.f.drops = append(s.f.drops, dropRule{count: count, match: match})
+	s.f.armed = true
 }
 
 // Dropped returns how many messages the simulation has lost to faults.
