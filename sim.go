@@ -154,7 +154,7 @@ func (k EventKind) String() string {
 type Event struct {
 	Step   int       // the scheduling step it happened in; 0 for calls before the first step
 	Kind   EventKind // what happened
-	Peer   int       // the peer that requested, sent, received, entered, left or crashed, or that a lost message was for; -1 for EventPartition and EventHeal
+	Peer   int       // the peer that requested, sent, received, entered, left or crashed, or a lost message's addressee; -1 for EventPartition and EventHeal
 	Seq    uint64    // for EventSend, EventReceive and EventLost: the message's serial number, from 1 in order of sending
 	Msg    Message   // for EventSend, EventReceive and EventLost: the message, as sent
 	Groups [][]int   // for EventPartition: the groups, every peer in one of them
@@ -273,9 +273,9 @@ type Simulation struct {
 
 // NewSimulation builds a simulation of n peers running alg; nothing is
 // requested yet. Besides the algorithm's own options it takes WithSeed,
-// WithDelivery, WithUnsafeDelivery, WithoutTrace and WithLoss. An algorithm that
-// needs FIFO channels refuses DeliverReorder unless WithUnsafeDelivery is
-// also given. Invalid n or options give an error wrapping
+// WithDelivery, WithUnsafeDelivery, WithoutTrace and WithLoss. An
+// algorithm that needs FIFO channels refuses DeliverReorder unless
+// WithUnsafeDelivery is also given. Invalid n or options give an error wrapping
 // ErrInvalidConfig.
 func NewSimulation(alg Algorithm, n int, opts ...Option) (*Simulation, error) {
 	cfg, err := newConfig(alg, n, forSimulation, opts)
@@ -353,12 +353,11 @@ func (s *Simulation) Request(peer int) error {
 // error wrapping ErrViolation if the algorithm breaks a promise on the
 // way, or if peers still wait when nothing is left to deliver (deadlock)
 // or after far more deliveries than any entry needs (livelock). If peers
-// still wait when nothing is left to deliver after a fault (a message lost
-// or a peer crashed), Run instead returns an error wrapping ErrBlocked
-// that names them; see Waiting. If every
-// request is served but messages keep flowing (a token circling a ring
-// for ever), Run returns nil after as many deliveries as the livelock
-// bound allows.
+// still wait when nothing is left to deliver after a fault (a message
+// lost or a peer crashed), Run instead returns an error wrapping
+// ErrBlocked that names them; see Waiting. If every request is served
+// but messages keep flowing (a token circling a ring for ever), Run
+// returns nil after as many deliveries as the livelock bound allows.
 func (s *Simulation) Run() error {
 	for {
 		more, err := s.Step()
