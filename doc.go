@@ -43,8 +43,9 @@
 // messages for √n-sized quorums. Token algorithms cost nothing while the
 // token stays with one busy peer and pay to fetch it otherwise; Raymond's
 // tree makes fetching O(log n). None of them tolerates a crash: they
-// assume reliable peers and channels, and each blocks (none lets two
-// peers in) when a peer or a message is lost. See each constructor.
+// assume reliable peers and channels, and each blocks when a peer or a
+// message is lost; none then lets two peers in, except Lamport's after a
+// lost request (see Failures). See each constructor.
 //
 // # Architecture
 //
@@ -98,6 +99,15 @@
 // was lost stays blocked (TestPartitionHealDoesNotRecoverLostRequests).
 // ChanNetwork injects these faults (Crash, Partition, DropNext, and
 // delay, reordering and loss through SetFaults or WithFaults).
+//
+// A Simulation injects the same faults (Crash, Partition, Heal, DropNext
+// and the seeded WithLoss) and replays every cell of the table
+// deterministically (TestSimulationFailureSemantics); a run that a fault
+// leaves stuck ends with an error wrapping ErrBlocked that names the
+// peers waiting forever. Seeded loss finds one case outside the table: a
+// lost request can let two Lamport peers in at once, because its entry
+// rule takes a later message from a peer to mean that no older request
+// of that peer is on its way (TestSimulationLamportLostRequestBreaksSafety).
 //
 // # Fencing
 //

@@ -1,6 +1,7 @@
 package dmutex_test
 
 import (
+	"errors"
 	"fmt"
 	"os"
 
@@ -96,4 +97,40 @@ func ExampleWithUnsafeDelivery() {
 	// Output:
 	// dmutex: invalid configuration: lamport needs FIFO channels and delivery reorder would reorder them (add WithUnsafeDelivery to insist)
 	// <nil>
+}
+
+// Peer 2 of three Ricart-Agrawala peers crashes, and peer 0 asks to enter.
+// Its request to peer 2 is lost, the reply it needs never comes, and Run
+// says so with ErrBlocked rather than a violation: the algorithm assumes
+// no crashes. The log replays the run exactly, loss included.
+func ExampleSimulation_Crash() {
+	sim, err := dmutex.NewSimulation(dmutex.RicartAgrawala, 3, dmutex.WithDelivery(dmutex.DeliverLockStep))
+	if err != nil {
+		panic(err)
+	}
+	if err := sim.Crash(2); err != nil {
+		panic(err)
+	}
+	if err := sim.Request(0); err != nil {
+		panic(err)
+	}
+	err = sim.Run()
+	fmt.Println(errors.Is(err, dmutex.ErrBlocked), errors.Is(err, dmutex.ErrViolation))
+	fmt.Println(err)
+	if err := sim.WriteLog(os.Stdout); err != nil {
+		panic(err)
+	}
+	fmt.Println(sim.Stats(), "lost:", sim.Dropped())
+	// Output:
+	// true false
+	// dmutex: blocked by a fault: after step 2: peers [0] wait forever (messages lost: 1, peers crashed: [2])
+	//    0 P2 crash
+	//    0 P0 request
+	//    0 P0 send m1 request P0->P1 ts=1
+	//    0 P0 send m2 request P0->P2 ts=1
+	//    0 P2 lost m2 request P0->P2 ts=1
+	//    1 P1 receive m1 request P0->P1 ts=1
+	//    1 P1 send m3 reply P1->P0 ts=1 ref=1
+	//    2 P0 receive m3 reply P1->P0 ts=1 ref=1
+	// entries=0 messages=3 (reply=1 request=2) lost: 1
 }

@@ -39,25 +39,35 @@ func (o outcome) String() string {
 type scenario struct {
 	name  string
 	apply func(t *testing.T, c *Cluster)
+	sim   func(t *testing.T, s *Simulation) // the same fault in the simulator (simfaults_test.go)
 }
 
 var (
 	crashIdle = scenario{"crash-idle-peer", func(t *testing.T, c *Cluster) {
 		require.NoError(t, c.Network().Crash(3))
+	}, func(t *testing.T, s *Simulation) {
+		require.NoError(t, s.Crash(3))
 	}}
 	crashHolder = scenario{"crash-holder", func(t *testing.T, c *Cluster) {
 		lockWithin(t, c.Peer(0), 5*time.Second) // peer 0 enters, then dies inside
 		require.NoError(t, c.Network().Crash(0))
+	}, func(t *testing.T, s *Simulation) {
+		enterThenCrash(t, s, 0)
 	}}
 	partition = scenario{"partition", func(t *testing.T, c *Cluster) {
 		require.NoError(t, c.Network().Partition([]int{0, 1}, []int{2, 3}))
+	}, func(t *testing.T, s *Simulation) {
+		require.NoError(t, s.Partition([]int{0, 1}, []int{2, 3}))
 	}}
 )
 
 // lose drops the next message of kind k from peer from to peer to.
 func lose(k Kind, from, to int) scenario {
+	match := func(m Message) bool { return m.Kind == k && m.From == from && m.To == to }
 	return scenario{fmt.Sprintf("lost-%v-%d-to-%d", k, from, to), func(t *testing.T, c *Cluster) {
-		c.Network().DropNext(1, func(m Message) bool { return m.Kind == k && m.From == from && m.To == to })
+		c.Network().DropNext(1, match)
+	}, func(t *testing.T, s *Simulation) {
+		s.DropNext(1, match)
 	}}
 }
 

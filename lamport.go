@@ -20,8 +20,12 @@ package dmutex
 // per-pair FIFO order. Fairness: entries follow (timestamp, id) order.
 // Failures: assumes reliable peers and channels. A crashed peer stops
 // replying, so every later request blocks (LockContext returns at its
-// deadline); a lost message blocks its requester; a partition blocks both
-// sides. None of these lets two peers in at once.
+// deadline); a lost reply blocks its requester unless a later message
+// from the replier masks it; a lost release blocks the peer that missed
+// it; a partition blocks both sides. None of these lets two peers in at
+// once, but a lost request can: its sender may enter on the later
+// messages of a peer that never queued the request, while that peer
+// enters too (see TestSimulationLamportLostRequestBreaksSafety).
 func NewLamport(n int, opts ...Option) (*Cluster, error) {
 	return New(Lamport, n, opts...)
 }

@@ -59,8 +59,9 @@ func (d Delivery) String() string {
 type simConfig struct {
 	seed     uint64
 	delivery Delivery
-	unsafe   bool // WithUnsafeDelivery: reorder even if the algorithm needs FIFO
-	noTrace  bool // WithoutTrace
+	unsafe   bool    // WithUnsafeDelivery: reorder even if the algorithm needs FIFO
+	noTrace  bool    // WithoutTrace
+	loss     float64 // WithLoss
 }
 
 // WithSeed sets the seed of a Simulation's random choices. Two simulations
@@ -118,24 +119,32 @@ type EventKind uint8
 
 // The event kinds.
 const (
-	EventRequest EventKind = iota + 1 // the peer's machine is asked for the critical section
-	EventSend                         // the peer sent Msg; it is now in flight
-	EventReceive                      // Msg was delivered to the peer
-	EventEnter                        // the peer entered the critical section
-	EventLeave                        // the peer left the critical section
+	EventRequest   EventKind = iota + 1 // the peer's machine is asked for the critical section
+	EventSend                           // the peer sent Msg; it is now in flight
+	EventReceive                        // Msg was delivered to the peer
+	EventEnter                          // the peer entered the critical section
+	EventLeave                          // the peer left the critical section
+	EventLost                           // Msg, on its way to the peer, was lost to a fault
+	EventCrash                          // the peer crashed
+	EventPartition                      // the network was cut into Groups
+	EventHeal                           // the partition ended
 )
 
 var eventNames = [...]string{
-	EventRequest: "request",
-	EventSend:    "send",
-	EventReceive: "receive",
-	EventEnter:   "enter",
-	EventLeave:   "leave",
+	EventRequest:   "request",
+	EventSend:      "send",
+	EventReceive:   "receive",
+	EventEnter:     "enter",
+	EventLeave:     "leave",
+	EventLost:      "lost",
+	EventCrash:     "crash",
+	EventPartition: "partition",
+	EventHeal:      "heal",
 }
 
 // String returns the kind's name, such as "receive".
 func (k EventKind) String() string {
-	if k >= EventRequest && k <= EventLeave {
+	if k >= EventRequest && k <= EventHeal {
 		return eventNames[k]
 	}
 	return fmt.Sprintf("EventKind(%d)", uint8(k))
@@ -143,19 +152,24 @@ func (k EventKind) String() string {
 
 // An Event is one thing that happened in a Simulation.
 type Event struct {
-	Step int       // the scheduling step it happened in; 0 for calls to Request before the first step
-	Kind EventKind // what happened
-	Peer int       // the peer that requested, sent, received, entered or left
-	Seq  uint64    // for EventSend and EventReceive: the message's serial number, from 1 in order of sending
-	Msg  Message   // for EventSend and EventReceive: the message, as sent
+	Step   int       // the scheduling step it happened in; 0 for calls before the first step
+	Kind   EventKind // what happened
+	Peer   int       // the peer that requested, sent, received, entered, left or crashed, or a lost message's addressee; -1 for EventPartition and EventHeal
+	Seq    uint64    // for EventSend, EventReceive and EventLost: the message's serial number, from 1 in order of sending
+	Msg    Message   // for EventSend, EventReceive and EventLost: the message, as sent
+	Groups [][]int   // for EventPartition: the groups, every peer in one of them
 }
 
 // String formats e as one line of the event log, such as
 // "   3 P1 receive m2 request P0->P1 ts=1".
 func (e Event) String() string {
 	switch e.Kind {
-	case EventSend, EventReceive:
+	case EventSend, EventReceive, EventLost:
 		return fmt.Sprintf("%4d P%d %v m%d %s", e.Step, e.Peer, e.Kind, e.Seq, formatMessage(e.Msg, true))
+	case EventPartition:
+		return fmt.Sprintf("%4d partition %v", e.Step, e.Groups)
+	case EventHeal:
+		return fmt.Sprintf("%4d heal", e.Step)
 	}
 	return fmt.Sprintf("%4d P%d %v", e.Step, e.Peer, e.Kind)
 }
@@ -211,6 +225,11 @@ type simPeer struct {
 // first violation is returned, wrapping ErrViolation, by that call and by
 // every later one.
 //
+// Faults replay as deterministically as the rest: Crash, Partition, Heal
+// and DropNext mirror the methods of ChanNetwork, and WithLoss loses
+// messages at a seeded rate. Lost messages count in Stats, appear in the
+// trace as EventLost, and are counted by Dropped.
+//
 // A Simulation is not safe for concurrent use. Its zero value is not
 // usable; call NewSimulation.
 type Simulation struct {
@@ -241,6 +260,8 @@ type Simulation struct {
 	tokens   bool // the machines implement tokenHolder
 	inFlight int  // token messages in flight
 
+	f simFaults // crashes, partitions and lost messages (simfaults.go)
+
 	ordered       bool // the machines implement timestamped
 	lastTS        uint64
 	lastID        int // -1 before the first entry
@@ -252,9 +273,9 @@ type Simulation struct {
 
 // NewSimulation builds a simulation of n peers running alg; nothing is
 // requested yet. Besides the algorithm's own options it takes WithSeed,
-// WithDelivery, WithUnsafeDelivery and WithoutTrace. An algorithm that
-// needs FIFO channels refuses DeliverReorder unless WithUnsafeDelivery is
-// also given. Invalid n or options give an error wrapping
+// WithDelivery, WithUnsafeDelivery, WithoutTrace and WithLoss. An
+// algorithm that needs FIFO channels refuses DeliverReorder unless
+// WithUnsafeDelivery is also given. Invalid n or options give an error wrapping
 // ErrInvalidConfig.
 func NewSimulation(alg Algorithm, n int, opts ...Option) (*Simulation, error) {
 	cfg, err := newConfig(alg, n, forSimulation, opts)
@@ -284,6 +305,7 @@ func NewSimulation(alg Algorithm, n int, opts ...Option) (*Simulation, error) {
 		}
 		s.ms = append(s.ms, m)
 	}
+	s.initFaults()
 	_, s.tokens = s.ms[0].(tokenHolder)
 	_, s.ordered = s.ms[0].(timestamped)
 	if cfg.sim.delivery == DeliverFIFO {
@@ -310,6 +332,9 @@ func (s *Simulation) Request(peer int) error {
 	if s.err != nil {
 		return s.err
 	}
+	if s.isCrashed(peer) {
+		return fmt.Errorf("dmutex: request by peer %d, which has crashed", peer)
+	}
 	s.outstanding++
 	p := &s.peers[peer]
 	if p.requested || p.inside {
@@ -327,10 +352,12 @@ func (s *Simulation) Request(peer int) error {
 // the critical section and no message is left in flight. It returns an
 // error wrapping ErrViolation if the algorithm breaks a promise on the
 // way, or if peers still wait when nothing is left to deliver (deadlock)
-// or after far more deliveries than any entry needs (livelock). If every
-// request is served but messages keep flowing (a token circling a ring
-// for ever), Run returns nil after as many deliveries as the livelock
-// bound allows.
+// or after far more deliveries than any entry needs (livelock). If peers
+// still wait when nothing is left to deliver after a fault (a message
+// lost or a peer crashed), Run instead returns an error wrapping
+// ErrBlocked that names them; see Waiting. If every request is served
+// but messages keep flowing (a token circling a ring for ever), Run
+// returns nil after as many deliveries as the livelock bound allows.
 func (s *Simulation) Run() error {
 	for {
 		more, err := s.Step()
@@ -346,7 +373,8 @@ func (s *Simulation) Run() error {
 // Step takes one scheduling step: with DeliverFIFO and DeliverReorder it
 // delivers one message or lets one peer leave, chosen at random; with
 // DeliverLockStep it runs one round. It reports false when there was
-// nothing to do. It returns an error wrapping ErrViolation as Run does.
+// nothing to do. It returns an error wrapping ErrViolation or ErrBlocked
+// as Run does.
 // Step lets a test add requests between steps, for contention that comes
 // and goes.
 func (s *Simulation) Step() (bool, error) {
@@ -423,11 +451,9 @@ func (s *Simulation) finalCheck() error {
 	if s.outstanding == 0 {
 		return nil
 	}
-	var waiting []int
-	for i, p := range s.peers {
-		if p.requested || p.pending > 0 {
-			waiting = append(waiting, i)
-		}
+	waiting := s.Waiting()
+	if s.faulted() {
+		return s.blocked(waiting)
 	}
 	s.err = fmt.Errorf("%w: deadlock after step %d: peers %v wait and no message is in flight", ErrViolation, s.step, waiting)
 	return s.err
@@ -491,6 +517,10 @@ func (s *Simulation) send(peer int, m Message) {
 	if !s.cfg.sim.noTrace {
 		s.record(Event{Kind: EventSend, Peer: peer, Seq: e.seq, Msg: traced(m)})
 	}
+	if s.f.armed && s.lostOnSend(m) {
+		s.lose(e)
+		return
+	}
 	if s.queues == nil {
 		s.bag = append(s.bag, e)
 		return
@@ -552,6 +582,9 @@ func (s *Simulation) enter(peer int, cause eventKind) {
 	case len(s.inside) > 0:
 		s.fail("peer %d entered while peer %d was inside", peer, s.inside[0])
 		return
+	case len(s.f.deadInside) > 0:
+		s.fail("peer %d entered while peer %d, which crashed inside, never left", peer, s.f.deadInside[0])
+		return
 	}
 	if s.ordered {
 		ts := s.ms[peer].(timestamped).requestTS()
@@ -594,7 +627,11 @@ func (s *Simulation) checkTokens() error {
 			held++
 		}
 	}
-	if held+s.inFlight != 1 {
+	switch {
+	case s.f.lostTokens > 0 && held+s.inFlight+s.f.lostTokens != 1:
+		return fmt.Errorf("%w: step %d: %d tokens held, %d in flight and %d lost, want exactly one in all",
+			ErrViolation, s.step, held, s.inFlight, s.f.lostTokens)
+	case held+s.inFlight+s.f.lostTokens != 1:
 		return fmt.Errorf("%w: step %d: %d tokens held and %d in flight, want exactly one in all",
 			ErrViolation, s.step, held, s.inFlight)
 	}

@@ -29,8 +29,10 @@ func (s *Simulation) WriteLog(w io.Writer) error {
 // WriteMermaid writes the events so far as a Mermaid sequence diagram,
 // which GitHub and most Markdown viewers render: one participant per peer,
 // one arrow per message, drawn when it is delivered and labelled with its
-// kind and timestamps, and a note for each request, entry and exit.
-// Messages still in flight have no arrow yet.
+// kind and timestamps, and a note for each request, entry and exit. A
+// lost message is a crossed arrow (P0-xP1) drawn when it is lost, and
+// crashes, partitions and heals are notes. Messages still in flight have
+// no arrow yet.
 func (s *Simulation) WriteMermaid(w io.Writer) error {
 	if s.cfg.sim.noTrace {
 		return errNoTrace
@@ -50,7 +52,23 @@ func (s *Simulation) WriteMermaid(w io.Writer) error {
 			fmt.Fprintf(bw, "    Note over P%d: enters\n", e.Peer)
 		case EventLeave:
 			fmt.Fprintf(bw, "    Note over P%d: leaves\n", e.Peer)
+		case EventLost:
+			fmt.Fprintf(bw, "    P%d-xP%d: %s\n", e.Msg.From, e.Msg.To, formatMessage(e.Msg, false))
+		case EventCrash:
+			fmt.Fprintf(bw, "    Note over P%d: crashes\n", e.Peer)
+		case EventPartition:
+			fmt.Fprintf(bw, "    Note over %s: partition %v\n", s.everyone(), e.Groups)
+		case EventHeal:
+			fmt.Fprintf(bw, "    Note over %s: heal\n", s.everyone())
 		}
 	}
 	return bw.Flush()
+}
+
+// everyone is the Mermaid span of a note over every participant.
+func (s *Simulation) everyone() string {
+	if s.n == 1 {
+		return "P0"
+	}
+	return fmt.Sprintf("P0,P%d", s.n-1)
 }

@@ -102,6 +102,17 @@ type latency struct {
 	contenders int
 }
 
+// stopped reports whether stop is closed. Callers check it after each
+// entry, so every caller takes at least one however busy the machine is.
+func stopped(stop <-chan struct{}) bool {
+	select {
+	case <-stop:
+		return true
+	default:
+		return false
+	}
+}
+
 // latencyRun keeps k peers of c taking entries in a loop for d (k = 1:
 // one caller on a random peer at a time, never the same peer twice in a
 // row; otherwise one caller on each of k distinct peers) and measures
@@ -131,11 +142,6 @@ func latencyRun(c *dmutex.Cluster, k int, d time.Duration, rng *rand.Rand) (late
 			var local []time.Duration
 			defer func() { record(local) }()
 			for i := 0; ; i++ {
-				select {
-				case <-stop:
-					return
-				default:
-				}
 				p := peers[order[i%n]]
 				t0 := time.Now()
 				if err := p.LockContext(ctx); err != nil {
@@ -144,6 +150,9 @@ func latencyRun(c *dmutex.Cluster, k int, d time.Duration, rng *rand.Rand) (late
 				}
 				local = append(local, time.Since(t0))
 				p.Unlock()
+				if stopped(stop) {
+					return
+				}
 			}
 		})
 	} else {
@@ -153,11 +162,6 @@ func latencyRun(c *dmutex.Cluster, k int, d time.Duration, rng *rand.Rand) (late
 				var local []time.Duration
 				defer func() { record(local) }()
 				for {
-					select {
-					case <-stop:
-						return
-					default:
-					}
 					t0 := time.Now()
 					if err := p.LockContext(ctx); err != nil {
 						errs.Store(err)
@@ -165,6 +169,9 @@ func latencyRun(c *dmutex.Cluster, k int, d time.Duration, rng *rand.Rand) (late
 					}
 					local = append(local, time.Since(t0))
 					p.Unlock()
+					if stopped(stop) {
+						return
+					}
 				}
 			})
 		}
