@@ -161,24 +161,6 @@ func TestRaymondCloneAndState(t *testing.T) {
 	assert.NotEqual(t, r.appendState(nil), c.appendState(nil))
 }
 
-func TestRaymondRandomDelivery(t *testing.T) {
-	seeds := 300
-	if testing.Short() {
-		seeds = 50
-	}
-	for _, n := range []int{1, 2, 3, 5, 7} {
-		for _, fifo := range []bool{true, false} {
-			t.Run("n="+strconv.Itoa(n)+"/fifo="+strconv.FormatBool(fifo), func(t *testing.T) {
-				for seed := range uint64(seeds) {
-					nw := newTokNet(t, Raymond, n)
-					err := nw.runRandom(rand.New(rand.NewPCG(seed, 3)), fifo, 4)
-					require.NoError(t, err, "seed %d", seed)
-				}
-			})
-		}
-	}
-}
-
 // TestRaymondSequentialCounts takes the lock on one peer at a time: each
 // entry costs a request and a privilege per edge between the requester
 // and the previous holder.

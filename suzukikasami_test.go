@@ -225,27 +225,6 @@ func TestSuzukiKasamiCloneAndState(t *testing.T) {
 	assert.NotEqual(t, s.appendState(nil), d.appendState(nil), "LN is part of the state")
 }
 
-// TestSuzukiKasamiRandomDelivery runs the machines over a seeded network
-// that reorders messages, checking token uniqueness after every step and
-// that every request is served in the end. A failing seed replays.
-func TestSuzukiKasamiRandomDelivery(t *testing.T) {
-	seeds := 300
-	if testing.Short() {
-		seeds = 50
-	}
-	for _, n := range []int{1, 2, 3, 5} {
-		for _, fifo := range []bool{true, false} {
-			t.Run("n="+strconv.Itoa(n)+"/fifo="+strconv.FormatBool(fifo), func(t *testing.T) {
-				for seed := range uint64(seeds) {
-					nw := newTokNet(t, SuzukiKasami, n)
-					err := nw.runRandom(rand.New(rand.NewPCG(seed, 1)), fifo, 4)
-					require.NoError(t, err, "seed %d", seed)
-				}
-			})
-		}
-	}
-}
-
 // TestSuzukiKasamiMutantIsCaught shows that the random network catches the
 // outdated-token mutant: a token sent for an outdated request lands at a
 // peer that does not want it, and a request already seen by that peer is

@@ -261,24 +261,6 @@ func TestTokenRingFullLoadCounts(t *testing.T) {
 	}
 }
 
-func TestTokenRingRandomDelivery(t *testing.T) {
-	seeds := 300
-	if testing.Short() {
-		seeds = 50
-	}
-	for _, n := range []int{1, 2, 3, 5} {
-		for _, fifo := range []bool{true, false} {
-			t.Run("n="+strconv.Itoa(n)+"/fifo="+strconv.FormatBool(fifo), func(t *testing.T) {
-				for seed := range uint64(seeds) {
-					nw := newTokNet(t, TokenRing, n)
-					err := nw.runRandom(rand.New(rand.NewPCG(seed, 2)), fifo, 4)
-					require.NoError(t, err, "seed %d", seed)
-				}
-			})
-		}
-	}
-}
-
 func TestTokenRingCloneAndState(t *testing.T) {
 	r := newRingMachine(t, 0, 3)
 	c := r.clone().(*tokenRing)

@@ -136,13 +136,14 @@ func latencyRun(c *dmutex.Cluster, k int, d time.Duration, rng *rand.Rand) (late
 	}
 	var wg sync.WaitGroup
 	start := time.Now()
-	if k == 1 {
-		order := rng.Perm(n)
-		wg.Go(func() {
+	// caller takes entries on pick(0), pick(1), ... until stop, timing
+	// each Lock.
+	caller := func(pick func(i int) dmutex.Locker) func() {
+		return func() {
 			var local []time.Duration
 			defer func() { record(local) }()
 			for i := 0; ; i++ {
-				p := peers[order[i%n]]
+				p := pick(i)
 				t0 := time.Now()
 				if err := p.LockContext(ctx); err != nil {
 					errs.Store(err)
@@ -154,26 +155,14 @@ func latencyRun(c *dmutex.Cluster, k int, d time.Duration, rng *rand.Rand) (late
 					return
 				}
 			}
-		})
+		}
+	}
+	if k == 1 {
+		order := rng.Perm(n)
+		wg.Go(caller(func(i int) dmutex.Locker { return peers[order[i%n]] }))
 	} else {
 		for _, id := range rng.Perm(n)[:k] {
-			p := peers[id]
-			wg.Go(func() {
-				var local []time.Duration
-				defer func() { record(local) }()
-				for {
-					t0 := time.Now()
-					if err := p.LockContext(ctx); err != nil {
-						errs.Store(err)
-						return
-					}
-					local = append(local, time.Since(t0))
-					p.Unlock()
-					if stopped(stop) {
-						return
-					}
-				}
-			})
+			wg.Go(caller(func(int) dmutex.Locker { return peers[id] }))
 		}
 	}
 	time.Sleep(d)
