@@ -38,8 +38,7 @@ type Peer struct {
 	delivered uint64   // messages stepped; with sent, tells tests when the network is quiet
 	fast      fastPath // re-entry without the mutex or the machine; see fastpath.go
 
-	done chan struct{} // closed by Close
-	wg   sync.WaitGroup
+	wg sync.WaitGroup
 }
 
 // A waiter is one blocked Lock call. ch receives once: when the caller has
@@ -77,7 +76,7 @@ func NewPeer(alg Algorithm, id, n int, tr Transport, opts ...Option) (*Peer, err
 }
 
 func startPeer(alg Algorithm, id, n int, m machine, tr Transport) *Peer {
-	p := &Peer{id: id, n: n, alg: alg, tr: tr, m: m, done: make(chan struct{})}
+	p := &Peer{id: id, n: n, alg: alg, tr: tr, m: m}
 	p.wg.Add(1)
 	go p.receive(tr.Recv())
 	return p
@@ -237,7 +236,6 @@ func (p *Peer) Close() error {
 	}
 	p.closed = true
 	p.disarmLocked()
-	close(p.done)
 	for _, w := range p.waiters {
 		w.err = ErrClosed
 		w.ch <- struct{}{} // buffered; never blocks
