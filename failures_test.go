@@ -225,9 +225,9 @@ func TestDelayAndReorderKeepSafetyAndLiveness(t *testing.T) {
 // at random short deadlines over a delaying network, then checks that
 // every peer can still lock: no token or permission was lost.
 func TestCancellationStormWithDelays(t *testing.T) {
-	calls := 1000
+	calls := 3000
 	if testing.Short() {
-		calls = 200
+		calls = 400
 	}
 	for _, v := range variants() {
 		t.Run(v.name, func(t *testing.T) {
