@@ -17,7 +17,7 @@ import (
 var benchSizes = []int{2, 8, 32, 128}
 
 // BenchmarkEntry measures one critical-section entry (Lock, then Unlock)
-// for every available algorithm and variant, cluster size and load:
+// for every algorithm and variant, cluster size and load:
 // load=one has one contender at a time (a seeded random peer, never the
 // previous one), load=all has every peer contend at once, each taking an
 // equal share of the b.N entries. Besides ns/op

@@ -46,8 +46,7 @@ func (cc checkCase) name() string {
 	return fmt.Sprintf("%s/n=%d/r=%d/%v", cc.v.name, cc.n, cc.requests, cc.net)
 }
 
-// checkCases lists every configuration, for every algorithm, whether or
-// not it is available yet.
+// checkCases lists every configuration, for every algorithm.
 func checkCases() []checkCase {
 	var cs []checkCase
 	for _, a := range Algorithms() {
@@ -86,15 +85,12 @@ func checkCases() []checkCase {
 }
 
 // TestModelCheck explores every reachable state of small clusters of
-// every available algorithm and checks mutual exclusion, liveness (no
+// every algorithm and checks mutual exclusion, liveness (no
 // final state with a request unserved), the promised entry order and,
 // for token algorithms, that exactly one token exists.
 func TestModelCheck(t *testing.T) {
 	for _, cc := range checkCases() {
 		t.Run(cc.name(), func(t *testing.T) {
-			if algorithms[cc.v.alg].build == nil {
-				t.Skipf("%v is not available yet", cc.v.alg)
-			}
 			if cc.big && !*bigChecks {
 				t.Skip("big; run with -dmutex.big")
 			}
@@ -154,9 +150,6 @@ func TestModelCheckFindsMutants(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if algorithms[tt.alg].build == nil {
-				t.Skipf("%v is not available yet", tt.alg)
-			}
 			res := check(t, checkSpec{
 				alg: tt.alg, opts: tt.opts, n: tt.n, requests: tt.requests,
 				net: tt.net, order: expectations[tt.alg].order, bfs: true, want: tt.want,

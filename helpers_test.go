@@ -22,14 +22,11 @@ type variant struct {
 	opts []Option
 }
 
-// variants lists every algorithm that is available, plus the option
-// variants worth testing on their own.
+// variants lists every algorithm, plus the option variants worth testing
+// on their own.
 func variants() []variant {
 	var vs []variant
 	for _, a := range Algorithms() {
-		if algorithms[a].build == nil {
-			continue
-		}
 		vs = append(vs, variant{name: a.String(), alg: a})
 		if a == RicartAgrawala {
 			vs = append(vs, variant{name: "ricart-agrawala-implicit", alg: a, opts: []Option{WithImplicitReplies()}})

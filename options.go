@@ -63,9 +63,6 @@ func newConfig(alg Algorithm, n int, where scope, opts []Option) (*config, error
 	if !alg.valid() {
 		return nil, fmt.Errorf("%w: unknown algorithm %d", ErrInvalidConfig, int(alg))
 	}
-	if algorithms[alg].build == nil {
-		return nil, fmt.Errorf("%w: algorithm %v is not available yet", ErrInvalidConfig, alg)
-	}
 	if n < 1 || n > MaxPeers {
 		return nil, fmt.Errorf("%w: n = %d peers, want 1 to %d", ErrInvalidConfig, n, MaxPeers)
 	}

@@ -2,11 +2,9 @@ package grpctransport
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"runtime"
 	"strconv"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -17,19 +15,6 @@ import (
 
 	"github.com/dmutex/dmutex"
 )
-
-// available reports whether alg can run yet: until an algorithm's branch
-// is merged, NewPeer refuses it with an error that says so.
-func available(t testing.TB, alg dmutex.Algorithm) bool {
-	t.Helper()
-	p, err := dmutex.NewPeer(alg, 0, 1, dmutex.NewChanNetwork(1).Endpoint(0))
-	if errors.Is(err, dmutex.ErrInvalidConfig) && strings.Contains(err.Error(), "not available yet") {
-		return false
-	}
-	require.NoError(t, err)
-	require.NoError(t, p.Close())
-	return true
-}
 
 // startPeers starts n peers of alg, each on its own gRPC transport on
 // loopback. The peers own and close the transports.
@@ -52,7 +37,7 @@ func startPeers(t testing.TB, alg dmutex.Algorithm, n int) ([]*dmutex.Peer, []*T
 	return peers, trs
 }
 
-// TestAlgorithmsOverGRPC runs every available algorithm over gRPC with
+// TestAlgorithmsOverGRPC runs every algorithm over gRPC with
 // several workers per peer, checking that no two are ever inside at once
 // and that the messages the peers counted are the messages the transports
 // carried.
@@ -63,9 +48,6 @@ func TestAlgorithmsOverGRPC(t *testing.T) {
 	}
 	for _, alg := range dmutex.Algorithms() {
 		t.Run(alg.String(), func(t *testing.T) {
-			if !available(t, alg) {
-				t.Skipf("%v is not available yet", alg)
-			}
 			const n, workers = 3, 2
 			peers, trs := startPeers(t, alg, n)
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

@@ -4,7 +4,7 @@
 // the p50 and p99 latency of Lock under each load; entries per second at
 // the heaviest load; and the failure each algorithm is weakest against.
 //
-// With no flags it runs every available algorithm at n = 8 peers, under
+// With no flags it runs every algorithm at n = 8 peers, under
 // light load (one entry at a time) and full load (every peer contends), for
 // a few seconds in all, and prints one table.
 //
@@ -14,7 +14,7 @@
 //
 // The flags are:
 //
-//	-alg list       algorithms to run (default: all available), such as
+//	-alg list       algorithms to run (default: all), such as
 //	                ricart-agrawala,ricart-agrawala-implicit,centralized
 //	-n list         cluster sizes (default 8)
 //	-load list      loads: light (one entry at a time), full (every peer
@@ -75,7 +75,7 @@ var errUsage = errors.New("usage")
 func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs := flag.NewFlagSet("dmutexbench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	algs := fs.String("alg", "", "comma-separated `algorithms` to run (default: every available one)")
+	algs := fs.String("alg", "", "comma-separated `algorithms` to run (default: every one)")
 	ns := fs.String("n", "8", "comma-separated cluster `sizes`")
 	loads := fs.String("load", "light,full", "comma-separated `loads`: light, full, or a number of contenders")
 	duration := fs.Duration("duration", 3*time.Second, "total measuring `time`, shared by all runs")

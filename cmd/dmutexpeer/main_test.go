@@ -10,7 +10,6 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
-	"errors"
 	"fmt"
 	"math/big"
 	"net"
@@ -72,13 +71,9 @@ func TestRunErrors(t *testing.T) {
 	}{
 		{"log in a missing directory", []string{"-id", "0", "-peers", "127.0.0.1:0", "-insecure", "-log", filepath.Join(dir, "no", "x.log")}, "no such file"},
 		{"missing certificate", []string{"-id", "0", "-peers", "127.0.0.1:0", "-log", filepath.Join(dir, "x.log"), "-cert", "c", "-key", "k", "-ca", "a"}, "load certificate"},
-		{"algorithm not available", []string{"-id", "0", "-peers", "127.0.0.1:0", "-insecure", "-log", filepath.Join(dir, "x.log"), "-alg", "raymond"}, "not available yet"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if tt.name == "algorithm not available" && available(t, dmutex.Raymond) {
-				t.Skip("raymond has been merged")
-			}
 			var stdout, stderr bytes.Buffer
 			require.Equal(t, 1, run(tt.args, &stdout, &stderr))
 			assert.Contains(t, stderr.String(), tt.want)
@@ -94,19 +89,6 @@ func TestSinglePeer(t *testing.T) {
 	require.Equal(t, 0, code, stderr.String())
 	assert.Contains(t, stdout.String(), "entries=5 messages=0")
 	checkLog(t, logPath, 1, 5)
-}
-
-// available reports whether alg can run yet: until an algorithm's branch
-// is merged, NewPeer refuses it with an error that says so.
-func available(t testing.TB, alg dmutex.Algorithm) bool {
-	t.Helper()
-	p, err := dmutex.NewPeer(alg, 0, 1, dmutex.NewChanNetwork(1).Endpoint(0))
-	if errors.Is(err, dmutex.ErrInvalidConfig) && strings.Contains(err.Error(), "not available yet") {
-		return false
-	}
-	require.NoError(t, err)
-	require.NoError(t, p.Close())
-	return true
 }
 
 // freeAddrs returns n loopback addresses whose ports were free a moment
@@ -240,9 +222,6 @@ func TestThreeProcesses(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if !available(t, tt.alg) {
-				t.Skipf("%v is not available yet", tt.alg)
-			}
 			logPath := filepath.Join(t.TempDir(), "shared.log")
 			peers := strings.Join(freeAddrs(t, n), ",")
 			ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
