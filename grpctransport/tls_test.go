@@ -1,17 +1,8 @@
 package grpctransport
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
-	"math/big"
-	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -24,91 +15,15 @@ import (
 
 	"github.com/dmutex/dmutex"
 	"github.com/dmutex/dmutex/grpctransport/internal/wirepb"
+	"github.com/dmutex/dmutex/internal/testpki"
 )
 
-// A testCA is a certificate authority made up for one test; its keys
-// live only in memory.
-type testCA struct {
-	cert *x509.Certificate
-	key  *ecdsa.PrivateKey
-	pool *x509.CertPool
-}
-
-var serial int64
-
-func newCA(t testing.TB) *testCA {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	require.NoError(t, err)
-	serial++
-	tmpl := &x509.Certificate{
-		SerialNumber:          big.NewInt(serial),
-		Subject:               pkix.Name{CommonName: "dmutex test authority"},
-		NotBefore:             time.Now().Add(-time.Hour),
-		NotAfter:              time.Now().Add(time.Hour),
-		IsCA:                  true,
-		KeyUsage:              x509.KeyUsageCertSign,
-		BasicConstraintsValid: true,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	require.NoError(t, err)
-	cert, err := x509.ParseCertificate(der)
-	require.NoError(t, err)
-	pool := x509.NewCertPool()
-	pool.AddCert(cert)
-	return &testCA{cert: cert, key: key, pool: pool}
-}
-
-// issue makes a certificate, for client and server use, naming names as
-// DNS subject alternative names.
-func (ca *testCA) issue(t testing.TB, names ...string) tls.Certificate {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	require.NoError(t, err)
-	serial++
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(serial),
-		Subject:      pkix.Name{CommonName: strings.Join(names, ",")},
-		DNSNames:     names,
-		NotBefore:    time.Now().Add(-time.Hour),
-		NotAfter:     time.Now().Add(time.Hour),
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
-	require.NoError(t, err)
-	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
-}
-
-// config returns a WithTLS config whose certificate names names and
-// which trusts ca.
-func (ca *testCA) config(t testing.TB, names ...string) *tls.Config {
-	return &tls.Config{Certificates: []tls.Certificate{ca.issue(t, names...)}, RootCAs: ca.pool, MinVersion: tls.VersionTLS13}
-}
-
-// writeFiles writes a certificate for names, its key and the authority's
-// certificate as PEM files in dir, as LoadTLSConfig and dmutexpeer read
-// them.
-func (ca *testCA) writeFiles(t testing.TB, dir, prefix string, names ...string) (certFile, keyFile, caFile string) {
-	t.Helper()
-	c := ca.issue(t, names...)
-	keyDER, err := x509.MarshalECPrivateKey(c.PrivateKey.(*ecdsa.PrivateKey))
-	require.NoError(t, err)
-	certFile = filepath.Join(dir, prefix+".crt")
-	keyFile = filepath.Join(dir, prefix+".key")
-	caFile = filepath.Join(dir, "ca.crt")
-	require.NoError(t, os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: c.Certificate[0]}), 0o600))
-	require.NoError(t, os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), 0o600))
-	require.NoError(t, os.WriteFile(caFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: ca.cert.Raw}), 0o600))
-	return certFile, keyFile, caFile
-}
-
-func testTLS(t testing.TB) *tls.Config { return newCA(t).config(t, PeerName(0)) }
+func testTLS(t testing.TB) *tls.Config { return testpki.New(t).Config(t, PeerName(0)) }
 
 func TestMutualTLS(t *testing.T) {
-	ca := newCA(t)
+	ca := testpki.New(t)
 	trs := startTransports(t, 3, func(id int) []Option {
-		return []Option{WithTLS(ca.config(t, PeerName(id)))}
+		return []Option{WithTLS(ca.Config(t, PeerName(id)))}
 	})
 	require.NoError(t, trs[1].Send(0, msg(1, 0, 1)))
 	require.NoError(t, trs[2].Send(0, msg(2, 0, 1)))
@@ -119,10 +34,10 @@ func TestMutualTLS(t *testing.T) {
 // TestTLSRefusals opens streams to peer 0 of a mutual-TLS cluster with
 // certificates that must not get in.
 func TestTLSRefusals(t *testing.T) {
-	ca, other := newCA(t), newCA(t)
+	ca, other := testpki.New(t), testpki.New(t)
 	var logs logBuffer
 	ls, addrs := listeners(t, 3)
-	tr0, err := New(0, addrs, WithListener(ls[0]), WithTLS(ca.config(t, PeerName(0))), fastRetry, WithLogger(logs.logger()))
+	tr0, err := New(0, addrs, WithListener(ls[0]), WithTLS(ca.Config(t, PeerName(0))), fastRetry, WithLogger(logs.logger()))
 	require.NoError(t, err)
 	defer func() { require.NoError(t, tr0.Close()) }()
 	for _, l := range ls[1:] {
@@ -145,11 +60,11 @@ func TestTLSRefusals(t *testing.T) {
 		code    codes.Code
 		refused bool // refused by the stream handler, not by the TLS handshake
 	}{
-		{"certificate of another peer", creds(ca.config(t, PeerName(2))), 1, codes.PermissionDenied, true},
-		{"certificate without a peer name", creds(ca.config(t, "mallory")), 1, codes.PermissionDenied, true},
-		{"id outside the membership", creds(ca.config(t, PeerName(7))), 7, codes.InvalidArgument, true},
-		{"certificate from another authority", creds(&tls.Config{Certificates: []tls.Certificate{other.issue(t, PeerName(1))}, RootCAs: ca.pool}), 1, codes.Unavailable, false},
-		{"no client certificate", creds(&tls.Config{RootCAs: ca.pool}), 1, codes.Unavailable, false},
+		{"certificate of another peer", creds(ca.Config(t, PeerName(2))), 1, codes.PermissionDenied, true},
+		{"certificate without a peer name", creds(ca.Config(t, "mallory")), 1, codes.PermissionDenied, true},
+		{"id outside the membership", creds(ca.Config(t, PeerName(7))), 7, codes.InvalidArgument, true},
+		{"certificate from another authority", creds(&tls.Config{Certificates: []tls.Certificate{other.Issue(t, PeerName(1))}, RootCAs: ca.Pool}), 1, codes.Unavailable, false},
+		{"no client certificate", creds(&tls.Config{RootCAs: ca.Pool}), 1, codes.Unavailable, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -164,19 +79,19 @@ func TestTLSRefusals(t *testing.T) {
 	assert.Contains(t, logs.String(), "certificate names [peer-2]")
 
 	// The same certificate with the id it names gets in.
-	require.True(t, accepted(t, addrs[0], creds(ca.config(t, PeerName(2))), hello(2)))
+	require.True(t, accepted(t, addrs[0], creds(ca.Config(t, PeerName(2))), hello(2)))
 }
 
 // TestImpostorTransport runs a whole transport that claims to be peer 1
 // with peer 2's certificate: peer 0 never delivers its messages.
 func TestImpostorTransport(t *testing.T) {
-	ca := newCA(t)
+	ca := testpki.New(t)
 	trs := startTransports(t, 3, func(id int) []Option {
 		name := PeerName(id)
 		if id == 1 {
 			name = PeerName(2)
 		}
-		return []Option{WithTLS(ca.config(t, name))}
+		return []Option{WithTLS(ca.Config(t, name))}
 	})
 	require.NoError(t, trs[1].Send(0, msg(1, 0, 1)))
 	require.NoError(t, trs[2].Send(0, msg(2, 0, 1)))
@@ -191,13 +106,13 @@ func TestImpostorTransport(t *testing.T) {
 // TestServerIdentity puts a server with peer 2's certificate at peer 0's
 // address: peer 1 refuses to send to it.
 func TestServerIdentity(t *testing.T) {
-	ca := newCA(t)
+	ca := testpki.New(t)
 	ls, addrs := listeners(t, 3)
 	var logs logBuffer
-	fake, err := New(2, addrs, WithListener(ls[0]), WithTLS(ca.config(t, PeerName(2))), fastRetry, WithLogger(logs.logger()))
+	fake, err := New(2, addrs, WithListener(ls[0]), WithTLS(ca.Config(t, PeerName(2))), fastRetry, WithLogger(logs.logger()))
 	require.NoError(t, err)
 	defer func() { require.NoError(t, fake.Close()) }()
-	tr1, err := New(1, addrs, WithListener(ls[1]), WithTLS(ca.config(t, PeerName(1))), fastRetry, quiet)
+	tr1, err := New(1, addrs, WithListener(ls[1]), WithTLS(ca.Config(t, PeerName(1))), fastRetry, quiet)
 	require.NoError(t, err)
 	defer func() { require.NoError(t, tr1.Close()) }()
 	require.NoError(t, ls[2].Close())
@@ -209,9 +124,9 @@ func TestServerIdentity(t *testing.T) {
 }
 
 func TestLoadTLSConfig(t *testing.T) {
-	ca := newCA(t)
+	ca := testpki.New(t)
 	dir := t.TempDir()
-	certFile, keyFile, caFile := ca.writeFiles(t, dir, "peer-0", PeerName(0))
+	certFile, keyFile, caFile := ca.WriteFiles(t, dir, "peer-0", PeerName(0))
 	cfg, err := LoadTLSConfig(certFile, keyFile, caFile)
 	require.NoError(t, err)
 	require.Len(t, cfg.Certificates, 1)

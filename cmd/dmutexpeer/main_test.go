@@ -4,14 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"fmt"
-	"math/big"
 	"net"
 	"os"
 	"os/exec"
@@ -25,6 +18,8 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/dmutex/dmutex"
+	"github.com/dmutex/dmutex/grpctransport"
+	"github.com/dmutex/dmutex/internal/testpki"
 )
 
 func TestMain(m *testing.M) {
@@ -291,51 +286,12 @@ func TestThreeProcesses(t *testing.T) {
 // the test's temporary directory.
 func writeCerts(t *testing.T, dir string, n int) [][]string {
 	t.Helper()
-	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	require.NoError(t, err)
-	caTmpl := &x509.Certificate{
-		SerialNumber:          big.NewInt(1),
-		Subject:               pkix.Name{CommonName: "dmutexpeer test authority"},
-		NotBefore:             time.Now().Add(-time.Hour),
-		NotAfter:              time.Now().Add(time.Hour),
-		IsCA:                  true,
-		KeyUsage:              x509.KeyUsageCertSign,
-		BasicConstraintsValid: true,
-	}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
-	require.NoError(t, err)
-	caCert, err := x509.ParseCertificate(caDER)
-	require.NoError(t, err)
-	caFile := filepath.Join(dir, "ca.crt")
-	writePEM(t, caFile, "CERTIFICATE", caDER)
-
+	ca := testpki.New(t)
 	args := make([][]string, n)
 	for i := range n {
-		key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-		require.NoError(t, err)
-		name := fmt.Sprintf("peer-%d", i)
-		tmpl := &x509.Certificate{
-			SerialNumber: big.NewInt(int64(i + 2)),
-			Subject:      pkix.Name{CommonName: name},
-			DNSNames:     []string{name},
-			NotBefore:    time.Now().Add(-time.Hour),
-			NotAfter:     time.Now().Add(time.Hour),
-			KeyUsage:     x509.KeyUsageDigitalSignature,
-			ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
-		}
-		der, err := x509.CreateCertificate(rand.Reader, tmpl, caCert, &key.PublicKey, caKey)
-		require.NoError(t, err)
-		keyDER, err := x509.MarshalECPrivateKey(key)
-		require.NoError(t, err)
-		certFile, keyFile := filepath.Join(dir, name+".crt"), filepath.Join(dir, name+".key")
-		writePEM(t, certFile, "CERTIFICATE", der)
-		writePEM(t, keyFile, "EC PRIVATE KEY", keyDER)
+		name := grpctransport.PeerName(i)
+		certFile, keyFile, caFile := ca.WriteFiles(t, dir, name, name)
 		args[i] = []string{"-cert", certFile, "-key", keyFile, "-ca", caFile}
 	}
 	return args
-}
-
-func writePEM(t *testing.T, path, typ string, der []byte) {
-	t.Helper()
-	require.NoError(t, os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600))
 }
