@@ -375,11 +375,24 @@ func TestMalformedFrames(t *testing.T) {
 	}
 	assert.GreaterOrEqual(t, strings.Count(logs.String(), "level=ERROR"), len(tests), logs.String())
 
-	// Peer 0 still serves peer 1.
+	// Peer 0 still serves peer 1, and the valid frames that came before
+	// the bad ones were delivered: at least the two of the oversized and
+	// gap cases (a case that took a second stream may have sent its valid
+	// frame again), and nothing else from the raw streams.
 	require.NoError(t, tr1.Send(0, msg(1, 0, 1)))
-	// The valid frames that came before the bad ones were delivered.
-	got := receive(t, tr0, 3, 10*time.Second)
-	assert.Equal(t, []dmutex.Message{msg(2, 0, 1), msg(2, 0, 1), msg(1, 0, 1)}, got)
+	var fromRaw []dmutex.Message
+	for {
+		m := receive(t, tr0, 1, 10*time.Second)[0]
+		if m.From == 1 {
+			assert.Equal(t, msg(1, 0, 1), m)
+			break
+		}
+		fromRaw = append(fromRaw, m)
+	}
+	assert.GreaterOrEqual(t, len(fromRaw), 2, "%v", fromRaw)
+	for _, m := range fromRaw {
+		assert.Equal(t, msg(2, 0, 1), m)
+	}
 }
 
 func TestKindsMatchTheWire(t *testing.T) {
