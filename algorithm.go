@@ -69,7 +69,10 @@ func (a Algorithm) NeedsFIFO() bool { return a.valid() && algorithms[a].fifo }
 func (a Algorithm) valid() bool { return a >= 0 && a < numAlgorithms }
 
 // ParseAlgorithm returns the algorithm whose String form is s, ignoring
-// case; "ricart", "ra", "sk" and "ring" are accepted as short forms.
+// case; "ricart", "ra", "sk" and "ring" are accepted as short forms. For
+// any other s it returns an error wrapping [ErrInvalidConfig] and
+// Algorithm(-1), which is no algorithm: every constructor refuses it, so
+// a caller that drops the error cannot start Centralized by mistake.
 func ParseAlgorithm(s string) (Algorithm, error) {
 	key := strings.ToLower(strings.TrimSpace(s))
 	switch key {
@@ -89,6 +92,6 @@ func ParseAlgorithm(s string) (Algorithm, error) {
 	for a := range numAlgorithms {
 		names[a] = algorithms[a].name
 	}
-	return 0, fmt.Errorf("%w: unknown algorithm %q (want one of %s)",
+	return Algorithm(-1), fmt.Errorf("%w: unknown algorithm %q (want one of %s)",
 		ErrInvalidConfig, s, strings.Join(names, ", "))
 }

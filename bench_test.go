@@ -206,7 +206,7 @@ func benchReentry(b *testing.B, v variant, n int) {
 // pattern of an uncontended Ricart-Agrawala entry at n=8 (7 messages to 7
 // goroutines and 7 answers back) with no algorithm at all.
 func BenchmarkFloor(b *testing.B) {
-	b.Run("mutex", func(b *testing.B) {
+	b.Run("op=mutex", func(b *testing.B) {
 		var mu sync.Mutex
 		b.ReportAllocs()
 		for range b.N {
@@ -214,10 +214,10 @@ func BenchmarkFloor(b *testing.B) {
 			mu.Unlock() //nolint:staticcheck // an empty critical section is the point
 		}
 	})
-	b.Run("chan-roundtrip", func(b *testing.B) {
+	b.Run("op=chan-roundtrip", func(b *testing.B) {
 		benchFanout(b, 1)
 	})
-	b.Run("fanout-n=8", func(b *testing.B) {
+	b.Run("op=fanout/n=8", func(b *testing.B) {
 		benchFanout(b, 7)
 	})
 }

@@ -180,9 +180,12 @@ func TestParseAlgorithm(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, a, got)
 	}
-	_, err := ParseAlgorithm("paxos")
+	got, err := ParseAlgorithm("paxos")
 	require.ErrorIs(t, err, ErrInvalidConfig)
 	assert.Contains(t, err.Error(), `"paxos"`)
+	assert.NotContains(t, Algorithms(), got, "an unknown name must give no algorithm")
+	_, err = New(got, 3)
+	require.ErrorIs(t, err, ErrInvalidConfig, "the value returned with the error must be refused")
 }
 
 func TestNewPeerBadInput(t *testing.T) {

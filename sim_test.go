@@ -563,7 +563,7 @@ func TestSimulationRunEndsOnIdleTraffic(t *testing.T) {
 func BenchmarkSimulation(b *testing.B) {
 	for _, v := range variants() {
 		for _, n := range []int{3, 16, 64} {
-			b.Run(fmt.Sprintf("%s/n=%d", v.name, n), func(b *testing.B) {
+			b.Run(fmt.Sprintf("alg=%s/n=%d", v.name, n), func(b *testing.B) {
 				b.ReportAllocs()
 				s := simulation(b, v, n, WithoutTrace())
 				rng := rand.New(rand.NewPCG(1, 2))

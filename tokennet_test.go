@@ -452,7 +452,7 @@ func BenchmarkTokenAlgorithms(b *testing.B) {
 	for _, alg := range []Algorithm{SuzukiKasami, TokenRing, Raymond} {
 		for _, n := range []int{3, 8, 32} {
 			for _, mode := range []string{"hot", "round-robin"} {
-				b.Run(alg.String()+"/n="+strconv.Itoa(n)+"/"+mode, func(b *testing.B) {
+				b.Run(fmt.Sprintf("alg=%v/n=%d/mode=%s", alg, n, mode), func(b *testing.B) {
 					c, err := New(alg, n)
 					require.NoError(b, err)
 					defer func() { require.NoError(b, c.Close()) }()

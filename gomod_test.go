@@ -1,0 +1,63 @@
+package dmutex
+
+import (
+	"os/exec"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// TestGoDirectiveIsTheFloor checks that go.mod asks for no newer Go than
+// the newest that a dependency requires: the module's own code needs Go
+// 1.25 (sync.WaitGroup.Go), below what its dependencies need, so the
+// dependencies set the floor, and a higher directive would turn away users
+// for nothing.
+func TestGoDirectiveIsTheFloor(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the go command")
+	}
+	out, err := exec.Command("go", "list", "-m", "-f", "{{.Main}} {{.Path}} {{.GoVersion}}", "all").Output()
+	require.NoError(t, err)
+	var own, floor, floorMod string
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 3 {
+			continue // a module without a go directive
+		}
+		if f[0] == "true" {
+			own = f[2]
+			continue
+		}
+		if compareGo(f[2], floor) > 0 {
+			floor, floorMod = f[2], f[1]
+		}
+	}
+	require.NotEmpty(t, own)
+	assert.Equal(t, 0, compareGo(own, floor), "go.mod says go %s; the newest a dependency needs is %s (%s)", own, floor, floorMod)
+	assert.GreaterOrEqual(t, compareGo(own, "1.25"), 0, "the module's code uses sync.WaitGroup.Go (Go 1.25)")
+}
+
+// compareGo compares two Go versions such as "1.26.0" and "1.25", treating
+// missing parts as 0; "" is older than any version.
+func compareGo(a, b string) int {
+	pa, pb := strings.Split(a, "."), strings.Split(b, ".")
+	if a == "" || b == "" {
+		return strings.Compare(a, b)
+	}
+	for i := range max(len(pa), len(pb)) {
+		var x, y int
+		if i < len(pa) {
+			x, _ = strconv.Atoi(pa[i])
+		}
+		if i < len(pb) {
+			y, _ = strconv.Atoi(pb[i])
+		}
+		if x != y {
+			return x - y
+		}
+	}
+	return 0
+}
