@@ -1,6 +1,7 @@
 package dmutex
 
 import (
+	"os"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -60,4 +61,17 @@ func compareGo(a, b string) int {
 		}
 	}
 	return 0
+}
+
+// TestLicenseNamed checks that the module ships a LICENSE and that the
+// README names the same license.
+func TestLicenseNamed(t *testing.T) {
+	lic, err := os.ReadFile("LICENSE")
+	require.NoError(t, err)
+	first, _, _ := strings.Cut(string(lic), "\n")
+	name, ok := strings.CutSuffix(strings.TrimSpace(first), " License")
+	require.True(t, ok, "LICENSE should open with the license's name, got %q", first)
+	readme, err := os.ReadFile("README.md")
+	require.NoError(t, err)
+	assert.Contains(t, string(readme), "\n## License\n\n"+name+";", "README's License section names %s", name)
 }
