@@ -147,7 +147,7 @@ func New(alg Algorithm, n int, opts ...Option) (*Cluster, error) {
 			c.Close()
 			return nil, err
 		}
-		p := startPeer(alg, i, n, m, c.net.Endpoint(i))
+		p := startPeer(alg, i, n, m, c.net.Endpoint(i), cfg)
 		c.peers = append(c.peers, p)
 		c.lockers = append(c.lockers, p)
 	}

@@ -53,7 +53,7 @@ func (s *scripted) appendState(b []byte) []byte {
 func scriptedPeer(t *testing.T, m *scripted) (*Peer, *ChanEndpoint) {
 	t.Helper()
 	nw := NewChanNetwork(2)
-	p := startPeer(Centralized, 0, 2, m, nw.Endpoint(0))
+	p := startPeer(Centralized, 0, 2, m, nw.Endpoint(0), &config{})
 	t.Cleanup(func() {
 		require.NoError(t, p.Close())
 		require.NoError(t, nw.Endpoint(1).Close())

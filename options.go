@@ -44,8 +44,9 @@ type config struct {
 	alg Algorithm
 	n   int
 
-	implicitReplies bool    // Ricart-Agrawala: WithImplicitReplies
-	faults          *Faults // WithFaults
+	implicitReplies bool     // Ricart-Agrawala: WithImplicitReplies
+	faults          *Faults  // WithFaults
+	observer        Observer // WithObserver; nil means none
 
 	treeParent []int // Raymond: WithTree; nil means heap order
 

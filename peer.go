@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"runtime"
 	"sync"
+	"time"
 )
 
 // A Peer runs one algorithm machine for one peer id: it turns Lock and
@@ -37,6 +38,9 @@ type Peer struct {
 	sent      [numKinds]uint64
 	delivered uint64   // messages stepped; with sent, tells tests when the network is quiet
 	fast      fastPath // re-entry without the mutex or the machine; see fastpath.go
+
+	obs       Observer  // WithObserver; nil means none, and no clock is read
+	holdStart time.Time // when the current hold began, if obs is set
 
 	wg sync.WaitGroup
 }
@@ -72,11 +76,11 @@ func NewPeer(alg Algorithm, id, n int, tr Transport, opts ...Option) (*Peer, err
 	if err != nil {
 		return nil, err
 	}
-	return startPeer(alg, id, n, m, tr), nil
+	return startPeer(alg, id, n, m, tr, cfg), nil
 }
 
-func startPeer(alg Algorithm, id, n int, m machine, tr Transport) *Peer {
-	p := &Peer{id: id, n: n, alg: alg, tr: tr, m: m}
+func startPeer(alg Algorithm, id, n int, m machine, tr Transport, cfg *config) *Peer {
+	p := &Peer{id: id, n: n, alg: alg, tr: tr, m: m, obs: cfg.observer}
 	p.wg.Add(1)
 	go p.receive(tr.Recv())
 	return p
@@ -88,7 +92,7 @@ func (p *Peer) ID() int { return p.id }
 // Lock blocks until this peer is in the critical section. On a closed peer
 // it panics with ErrClosed rather than block forever.
 func (p *Peer) Lock() {
-	if p.fast.tryLock() {
+	if p.obs == nil && p.fast.tryLock() {
 		return
 	}
 	if err := p.LockContext(context.Background()); err != nil {
@@ -99,6 +103,14 @@ func (p *Peer) Lock() {
 // LockContext blocks until this peer is in the critical section, ctx ends,
 // or the peer is closed. See Locker.
 func (p *Peer) LockContext(ctx context.Context) error {
+	if p.obs != nil {
+		return p.observedLock(ctx)
+	}
+	return p.lockContext(ctx)
+}
+
+// lockContext is LockContext without the observer.
+func (p *Peer) lockContext(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -182,6 +194,22 @@ func (p *Peer) abandon(w *waiter, err error) error {
 // as sync.Mutex does. Unlock on a closed peer that held the lock only
 // clears the hold.
 func (p *Peer) Unlock() {
+	if p.obs != nil {
+		p.observedUnlock()
+		return
+	}
+	p.unlock()
+}
+
+// observedUnlock is Unlock for a peer with an observer.
+func (p *Peer) observedUnlock() {
+	hold := time.Since(p.holdStart) // read while this caller still holds it
+	p.unlock()
+	p.obs.Released(p.id, hold)
+}
+
+// unlock is Unlock without the observer.
+func (p *Peer) unlock() {
 	if p.fast.tryUnlock() {
 		return
 	}
@@ -279,6 +307,9 @@ func (p *Peer) deliver(m Message) (waiting bool) {
 		return false // a transport must not deliver such a message; drop it
 	}
 	p.delivered++
+	if p.obs != nil {
+		p.obs.Received(p.id, m.From, m.Kind)
+	}
 	p.interruptLocked() // a message ends any fast path and probe
 	p.fence = max(p.fence, m.Fence)
 	if p.stepLocked(event{kind: evMessage, msg: m}) {
@@ -299,8 +330,12 @@ func (p *Peer) stepLocked(ev event) bool {
 	for i := range p.out.msgs {
 		m := &p.out.msgs[i]
 		m.Fence = p.fence
-		if p.tr.Send(m.To, *m) == nil {
+		err := p.tr.Send(m.To, *m)
+		if err == nil {
 			p.sent[m.Kind]++
+		}
+		if p.obs != nil {
+			p.obs.Sent(p.id, m.To, m.Kind, err)
 		}
 	}
 	return p.out.entered
