@@ -113,7 +113,7 @@ type inlink struct {
 // Stats counts what a transport did.
 type Stats struct {
 	Sent      uint64 // protocol messages accepted by Send
-	Delivered uint64 // protocol messages received and handed to Recv
+	Delivered uint64 // protocol messages received and handed to Recv (counted as they are handed over)
 	Resent    uint64 // frames sent again on a new stream after a broken one
 	Refused   uint64 // incoming streams closed for a bad identity, hello or frame
 }
@@ -654,10 +654,13 @@ func (s linkServer) Connect(stream wirepb.Link_ConnectServer) error {
 			return refuse(codes.InvalidArgument, fmt.Errorf("%w: frame %d after frame %d", errFrame, seq, in.last))
 		}
 		if isMsg {
+			// Count before handing over: a reader that has taken k
+			// messages from Recv must see Delivered >= k.
+			t.delivered.Add(1)
 			select {
 			case t.recv <- m:
-				t.delivered.Add(1)
 			case <-t.done:
+				t.delivered.Add(^uint64(0)) // not delivered after all
 				in.mu.Unlock()
 				return nil
 			}

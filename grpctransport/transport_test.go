@@ -469,3 +469,16 @@ func (p *proxy) close() {
 	p.cut()
 	p.wg.Wait()
 }
+
+// TestDeliveredNeverBehindRecv reads Stats right after each message taken
+// from Recv: Delivered must already count it. TestFIFOExactlyOnce once saw
+// 999 of 1000 because the count came after the hand-over.
+func TestDeliveredNeverBehindRecv(t *testing.T) {
+	const count = 300
+	trs := startTransports(t, 2, insecureOpts)
+	for ts := uint64(1); ts <= count; ts++ {
+		require.NoError(t, trs[1].Send(0, msg(1, 0, ts)))
+		receive(t, trs[0], 1, 20*time.Second)
+		require.GreaterOrEqual(t, trs[0].Stats().Delivered, ts, "after taking message %d from Recv", ts)
+	}
+}
