@@ -69,7 +69,7 @@ type Transport struct {
 	in   []*inlink // by sender id; nil at id
 
 	srv *grpc.Server
-	lis net.Listener
+	lis *shakingListener
 
 	bmu      sync.Mutex
 	bchanged chan struct{} // closed and replaced when a barrier may have completed
@@ -77,12 +77,13 @@ type Transport struct {
 
 	sent, delivered, resent, refused atomic.Uint64
 
-	mu     sync.Mutex // guards closed and wg.Add against Close
-	closed bool
-	done   chan struct{}
-	ctx    context.Context // cancelled by Close
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
+	mu      sync.Mutex // guards closed and wg.Add against Close
+	closed  bool
+	done    chan struct{}   // closed when Close begins
+	stopped chan struct{}   // closed when Close has finished
+	ctx     context.Context // cancelled by Close
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
 }
 
 var _ dmutex.Transport = (*Transport)(nil)
@@ -172,9 +173,10 @@ func New(id int, addrs []string, opts ...Option) (*Transport, error) {
 		recv:     make(chan dmutex.Message, recvBuffer),
 		out:      make([]*outbox, n),
 		in:       make([]*inlink, n),
-		lis:      lis,
+		lis:      newShakingListener(lis),
 		bchanged: make(chan struct{}),
 		done:     make(chan struct{}),
+		stopped:  make(chan struct{}),
 	}
 	t.ctx, t.cancel = context.WithCancel(context.Background())
 
@@ -185,6 +187,7 @@ func New(id int, addrs []string, opts ...Option) (*Transport, error) {
 		grpc.MaxRecvMsgSize(max(4*o.maxFrame, 1<<20)),
 		grpc.ForceServerCodec(frameCodec{maxSize: o.maxFrame}),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
+		grpc.ConnectionTimeout(handshakeTimeout),
 	)
 	wirepb.RegisterLinkServer(t.srv, linkServer{t: t})
 	for j := range n {
@@ -210,7 +213,7 @@ func New(id int, addrs []string, opts ...Option) (*Transport, error) {
 	t.wg.Add(1)
 	go func() {
 		defer t.wg.Done()
-		if err := t.srv.Serve(lis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+		if err := t.srv.Serve(t.lis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
 			t.log.Error("dmutex: grpctransport: serve", "err", err)
 		}
 	}()
@@ -307,11 +310,15 @@ func (t *Transport) isClosed() bool {
 
 // Close stops the transport: it drops the messages not yet delivered,
 // closes every stream, connection and the listener, and returns after all
-// its goroutines have exited. A second call returns nil.
+// its goroutines have exited. Whatever remote parties do, it takes at most
+// about two seconds, the time it gives the last acknowledgements to
+// flush. Every call, including one made while another is closing, waits
+// for the same end and returns nil.
 func (t *Transport) Close() error {
 	t.mu.Lock()
 	if t.closed {
 		t.mu.Unlock()
+		<-t.stopped
 		return nil
 	}
 	t.closed = true
@@ -319,6 +326,9 @@ func (t *Transport) Close() error {
 	t.cancel()
 	t.mu.Unlock()
 
+	// gRPC's Stop and GracefulStop wait for the handshakes in progress; a
+	// client that connected and sends nothing must not hold Close up.
+	t.lis.cutHandshakes()
 	// The stream handlers return at done, after the acknowledgements they
 	// already sent; GracefulStop flushes those before closing the
 	// connections, so a peer waiting in Barrier for one gets it.
@@ -335,6 +345,7 @@ func (t *Transport) Close() error {
 	t.closeConns()
 	t.wg.Wait()
 	close(t.recv)
+	close(t.stopped)
 	return nil
 }
 

@@ -1,0 +1,94 @@
+package grpctransport
+
+import (
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// TestConcurrentClose closes one transport from several goroutines at
+// once: each call returns only after the transport has stopped, which the
+// closed Recv channel shows.
+func TestConcurrentClose(t *testing.T) {
+	for round := range 5 {
+		trs := startTransports(t, 2, insecureOpts)
+		require.NoError(t, trs[0].Send(1, msg(0, 1, 1)))
+		var wg sync.WaitGroup
+		for range 4 {
+			wg.Go(func() {
+				assert.NoError(t, trs[0].Close())
+				select {
+				case _, ok := <-trs[0].Recv():
+					assert.False(t, ok, "round %d: a message on Recv after Close", round)
+				default:
+					assert.Fail(t, "Close returned before the transport stopped", "round %d", round)
+				}
+			})
+		}
+		wg.Wait()
+	}
+}
+
+// TestCloseWithIdleConnections opens TCP connections to a transport that
+// never send a byte, or stop in the middle of a handshake, and closes the
+// transport: Close must not wait for gRPC's handshake timeout (120 s by
+// default, when this test was written). The deadline here is generous; the
+// time Close took is logged.
+func TestCloseWithIdleConnections(t *testing.T) {
+	tests := []struct {
+		name string
+		opts func(int) []Option
+	}{
+		{"insecure", insecureOpts},
+		{"tls", func(int) []Option { return []Option{WithTLS(testTLS(t))} }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			trs := startTransports(t, 2, tt.opts)
+			addr := trs[0].Addr().String()
+			var conns []net.Conn
+			for i := range 4 {
+				c, err := net.Dial("tcp", addr)
+				require.NoError(t, err)
+				conns = append(conns, c)
+				switch i {
+				case 1: // half of the HTTP/2 client preface
+					_, err = c.Write([]byte("PRI * HTTP/2.0\r\n"))
+				case 2: // a TLS record header and nothing more
+					_, err = c.Write([]byte{0x16, 0x03, 0x01, 0x02, 0x00})
+				}
+				require.NoError(t, err)
+			}
+			defer func() {
+				for _, c := range conns {
+					_ = c.Close()
+				}
+			}()
+			// Wait until the server is handshaking all of them, so that
+			// none is merely waiting in the listen queue.
+			require.Eventually(t, func() bool { return trs[0].lis.handshaking() >= len(conns) }, 30*time.Second, time.Millisecond)
+
+			start := time.Now()
+			closed := make(chan error, 1)
+			go func() { closed <- trs[0].Close() }()
+			select {
+			case err := <-closed:
+				require.NoError(t, err)
+			case <-time.After(60 * time.Second):
+				require.FailNow(t, "Close waits for idle connections")
+			}
+			t.Logf("Close took %v with %d idle connections", time.Since(start), len(conns))
+		})
+	}
+}
+
+// handshaking returns how many accepted connections are in a handshake.
+func (l *shakingListener) handshaking() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.shaking)
+}
