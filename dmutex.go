@@ -57,12 +57,20 @@ type Stats struct {
 	Entries  uint64            // critical-section entries granted to callers of Lock or LockContext
 	Messages uint64            // messages handed to the transport
 	ByKind   map[string]uint64 // Messages by kind name ("request", "reply", ...); kinds never sent are absent
+
+	// Refused counts messages a peer received and dropped unstepped:
+	// malformed ones (an unknown kind, another receiver, a sender out of
+	// range or the receiver itself) and those whose Fence is beyond
+	// MaxFence or more than FenceWindow above the receiver's fence. No
+	// correct peer and transport produce one.
+	Refused uint64
 }
 
 // add adds o's counts into s.
 func (s *Stats) add(o Stats) {
 	s.Entries += o.Entries
 	s.Messages += o.Messages
+	s.Refused += o.Refused
 	if len(o.ByKind) > 0 && s.ByKind == nil {
 		s.ByKind = make(map[string]uint64, len(o.ByKind))
 	}
@@ -74,7 +82,7 @@ func (s *Stats) add(o Stats) {
 // Sub returns the counts that s has beyond an earlier snapshot old: what
 // happened between the two.
 func (s Stats) Sub(old Stats) Stats {
-	d := Stats{Entries: s.Entries - old.Entries, Messages: s.Messages - old.Messages}
+	d := Stats{Entries: s.Entries - old.Entries, Messages: s.Messages - old.Messages, Refused: s.Refused - old.Refused}
 	for k, v := range s.ByKind {
 		if v -= old.ByKind[k]; v != 0 {
 			if d.ByKind == nil {
@@ -86,7 +94,8 @@ func (s Stats) Sub(old Stats) Stats {
 	return d
 }
 
-// String formats s as "entries=3 messages=12 (reply=6 request=6)".
+// String formats s as "entries=3 messages=12 (reply=6 request=6)", with
+// " refused=1" at the end when a message was refused.
 func (s Stats) String() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "entries=%d messages=%d", s.Entries, s.Messages)
@@ -99,6 +108,9 @@ func (s Stats) String() string {
 			fmt.Fprintf(&b, "%s=%d", k, s.ByKind[k])
 		}
 		b.WriteByte(')')
+	}
+	if s.Refused > 0 {
+		fmt.Fprintf(&b, " refused=%d", s.Refused)
 	}
 	return b.String()
 }

@@ -55,10 +55,15 @@ const (
 	fastShift  = 2
 )
 
-// tryLock enters through the armed fast path, if it is armed and free.
+// fastFull is the word whose fence is MaxFence: a word at or above it has
+// no fencing token left for a fast entry, which would overflow the word.
+const fastFull = MaxFence << fastShift
+
+// tryLock enters through the armed fast path, if it is armed and free and
+// a fencing token is left.
 func (f *fastPath) tryLock() bool {
 	w := f.word.Load()
-	return w&fastMask == fastArmed && f.word.CompareAndSwap(w, w+1<<fastShift|fastInside)
+	return w&fastMask == fastArmed && w < fastFull && f.word.CompareAndSwap(w, w+1<<fastShift|fastInside)
 }
 
 // tryUnlock leaves through the armed fast path, if the caller came in by it.
@@ -124,7 +129,7 @@ func (p *Peer) localEntryLocked() {
 	f := &p.fast
 	quiet := len(p.out.msgs) == 0
 	f.localHold = quiet
-	if quiet && f.probe {
+	if quiet && f.probe && p.holdFence != 0 { // armed with no fence left, Fence would be wrong
 		n0 := len(f.state)
 		f.state = p.m.appendState(f.state)
 		if bytes.Equal(f.state[:n0], f.state[n0:]) {

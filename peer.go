@@ -3,6 +3,7 @@ package dmutex
 import (
 	"context"
 	"fmt"
+	"reflect"
 	"runtime"
 	"sync"
 	"time"
@@ -37,12 +38,14 @@ type Peer struct {
 	entries   uint64
 	sent      [numKinds]uint64
 	delivered uint64   // messages stepped; with sent, tells tests when the network is quiet
+	refused   uint64   // messages dropped unstepped: malformed, or a fence beyond the bound
 	fast      fastPath // re-entry without the mutex or the machine; see fastpath.go
 
 	obs       Observer  // WithObserver; nil means none, and no clock is read
 	holdStart time.Time // when the current hold began, if obs is set
 
-	wg sync.WaitGroup
+	closeOnce sync.Once // every Close waits for the one that does the work
+	wg        sync.WaitGroup
 }
 
 // A waiter is one blocked Lock call. ch receives once: when the caller has
@@ -69,14 +72,28 @@ func NewPeer(alg Algorithm, id, n int, tr Transport, opts ...Option) (*Peer, err
 	if id < 0 || id >= n {
 		return nil, fmt.Errorf("%w: peer id %d out of range [0, %d)", ErrInvalidConfig, id, n)
 	}
-	if tr == nil {
-		return nil, fmt.Errorf("%w: nil Transport", ErrInvalidConfig)
+	if isNil(tr) {
+		return nil, fmt.Errorf("%w: nil Transport (%T)", ErrInvalidConfig, tr)
 	}
 	m, err := cfg.newMachine(alg, id, n)
 	if err != nil {
 		return nil, err
 	}
 	return startPeer(alg, id, n, m, tr, cfg), nil
+}
+
+// isNil reports whether v is nil or an interface holding a nil pointer,
+// map, channel, function or slice, such as a (*ChanEndpoint)(nil): the
+// peer would crash on its first call to it.
+func isNil(v any) bool {
+	if v == nil {
+		return true
+	}
+	switch rv := reflect.ValueOf(v); rv.Kind() {
+	case reflect.Pointer, reflect.Map, reflect.Chan, reflect.Func, reflect.Slice, reflect.Interface:
+		return rv.IsNil()
+	}
+	return false
 }
 
 func startPeer(alg Algorithm, id, n int, m machine, tr Transport, cfg *config) *Peer {
@@ -117,27 +134,10 @@ func (p *Peer) lockContext(ctx context.Context) error {
 	if p.fast.tryLock() {
 		return nil
 	}
-	p.mu.Lock()
-	if p.closed {
-		p.mu.Unlock()
-		return ErrClosed
+	w, err := p.request()
+	if w == nil {
+		return err // entered at once, or closed
 	}
-	p.disarmLocked()
-	if !p.held && !p.requested && len(p.waiters) == 0 {
-		// Fast path: a machine that can enter at once (an idle token
-		// holder, a lone peer) does so on this goroutine.
-		p.requested, p.yielded = true, false
-		if p.stepLocked(event{kind: evRequest}) {
-			p.takeLocked()
-			p.localEntryLocked()
-			p.mu.Unlock()
-			return nil
-		}
-	}
-	w := waiterPool.Get().(*waiter)
-	p.waiters = append(p.waiters, w)
-	p.mu.Unlock()
-
 	if ctx.Done() == nil {
 		// A context that never ends, as Lock's: a plain receive is the
 		// cheapest wait, and Close signals the waiter itself.
@@ -152,6 +152,33 @@ func (p *Peer) lockContext(ctx context.Context) error {
 	}
 }
 
+// request is LockContext's part under the peer's mutex, held with defer so
+// that a panic on the way (in the machine, or in a transport's Send) leaves
+// the peer usable for Close and Stats. It enters at once and returns a nil
+// waiter and nil error when the machine can; it returns ErrClosed on a
+// closed peer; otherwise it queues and returns a waiter.
+func (p *Peer) request() (*waiter, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return nil, ErrClosed
+	}
+	p.disarmLocked()
+	if !p.held && !p.requested && len(p.waiters) == 0 {
+		// Fast path: a machine that can enter at once (an idle token
+		// holder, a lone peer) does so on this goroutine.
+		p.requested, p.yielded = true, false
+		if p.stepLocked(event{kind: evRequest}) {
+			p.takeLocked()
+			p.localEntryLocked()
+			return nil, nil
+		}
+	}
+	w := waiterPool.Get().(*waiter)
+	p.waiters = append(p.waiters, w)
+	return w, nil
+}
+
 // done returns w, which has been signalled, to the pool and returns nil if
 // it was given the critical section, or ErrClosed.
 func (w *waiter) done() error {
@@ -163,9 +190,12 @@ func (w *waiter) done() error {
 
 // abandon withdraws waiter w, which gives up with err. If w was given the
 // critical section in the meantime, the caller holds it and abandon
-// returns nil, as DialContext returns a connection that completed. A
-// request the machine already sent stays outstanding; when it is granted
-// with nobody waiting, the peer leaves at once (see admitLocked).
+// returns nil, as DialContext returns a connection that completed, unless
+// the peer has been closed since: then the hold is dropped, and so is the
+// entry that admitLocked counted for it, so that Stats().Entries stays the
+// number of calls that returned nil. A request the machine already sent
+// stays outstanding; when it is granted with nobody waiting, the peer
+// leaves at once (see admitLocked).
 func (p *Peer) abandon(w *waiter, err error) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -185,6 +215,8 @@ func (p *Peer) abandon(w *waiter, err error) error {
 	}
 	if p.closed {
 		p.held = false
+		p.holdFence = 0
+		p.entries-- // counted by takeLocked for a caller that now fails
 		return err
 	}
 	return nil
@@ -226,7 +258,10 @@ func (p *Peer) unlock() {
 	}
 }
 
-// Fence returns the fencing token of the current hold, or 0.
+// Fence returns the fencing token of the current hold, or 0. Fences never
+// wrap: once a peer's fence has reached MaxFence, each later hold has no
+// fencing token, and Fence returns 0, which a store that rejects numbers
+// smaller than the largest it has seen rejects too.
 func (p *Peer) Fence() uint64 {
 	if f := p.fast.fence(); f != 0 {
 		return f
@@ -240,7 +275,7 @@ func (p *Peer) Fence() uint64 {
 func (p *Peer) Stats() Stats {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	s := Stats{Entries: p.entries + p.fastEntriesLocked()}
+	s := Stats{Entries: p.entries + p.fastEntriesLocked(), Refused: p.refused}
 	for k, v := range p.sent {
 		if v != 0 {
 			if s.ByKind == nil {
@@ -255,13 +290,29 @@ func (p *Peer) Stats() Stats {
 
 // Close stops the peer: blocked and later LockContext calls return
 // ErrClosed, the transport is closed, and Close returns after the peer's
-// goroutine has exited. A second call is harmless and returns nil.
+// goroutine has exited. A second call, concurrent or later, returns nil
+// once the first has done so; it never returns earlier.
 func (p *Peer) Close() error {
-	p.mu.Lock()
-	if p.closed {
-		p.mu.Unlock()
+	var err error
+	first := false
+	p.closeOnce.Do(func() {
+		first = true
+		p.shutdownLocked()
+		err = p.tr.Close()
+		p.wg.Wait()
+	})
+	if !first {
 		return nil
 	}
+	return err
+}
+
+// shutdownLocked marks the peer closed and wakes every waiter with
+// ErrClosed. Despite the name it takes the peer's mutex itself, with
+// defer, as every path that takes it does.
+func (p *Peer) shutdownLocked() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	p.closed = true
 	p.disarmLocked()
 	for _, w := range p.waiters {
@@ -270,10 +321,6 @@ func (p *Peer) Close() error {
 	}
 	clear(p.waiters)
 	p.waiters = nil
-	p.mu.Unlock()
-	err := p.tr.Close()
-	p.wg.Wait()
-	return err
 }
 
 // receive feeds the transport's messages to the machine until Close,
@@ -303,8 +350,15 @@ func (p *Peer) receive(in <-chan Message) {
 func (p *Peer) deliver(m Message) (waiting bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.closed || !m.Kind.Valid() || m.To != p.id || m.From < 0 || m.From >= p.n || m.From == p.id {
-		return false // a transport must not deliver such a message; drop it
+	if p.closed {
+		return false
+	}
+	if !m.Kind.Valid() || m.To != p.id || m.From < 0 || m.From >= p.n || m.From == p.id ||
+		m.Fence > MaxFence || m.Fence > p.fenceLocked()+FenceWindow {
+		// A transport must not deliver such a message, and no correct
+		// peer sends one: refuse it, before it touches any state.
+		p.refused++
+		return false
 	}
 	p.delivered++
 	if p.obs != nil {
@@ -341,6 +395,42 @@ func (p *Peer) stepLocked(ev event) bool {
 	return p.out.entered
 }
 
+// MaxFence is the largest fencing token a peer hands out, and the largest
+// Message.Fence a peer accepts. No cluster reaches it by entering (at a
+// billion entries a second it takes over a century); only forged messages
+// can bring it close, FenceWindow at a time. A transport may refuse a
+// frame whose fence is larger.
+const MaxFence = 1<<62 - 1
+
+// FenceWindow is the most that one delivered message may raise a peer's
+// fence by: a message whose Fence exceeds the receiver's own fence by more
+// is refused unstepped and counted in Stats.Refused, so that no single
+// forged message can use up the fencing tokens. A correct peer's message
+// is above the receiver's fence only by entries the receiver has not heard
+// of; it exceeds the window only after 2^48 entries (three days at a
+// billion a second) that some peer took while the receiver heard nothing
+// from anyone, which only an idle token holder re-entering alone does.
+const FenceWindow = 1 << 48
+
+// fenceLocked returns the peer's fence, also while the fast path counts
+// it.
+func (p *Peer) fenceLocked() uint64 {
+	if w := p.fast.word.Load(); w&fastArmed != 0 {
+		return w >> fastShift
+	}
+	return p.fence
+}
+
+// nextFenceLocked takes the next fencing token, or 0 once they are used
+// up: the fence stays at MaxFence and never wraps.
+func (p *Peer) nextFenceLocked() uint64 {
+	if p.fence >= MaxFence {
+		return 0
+	}
+	p.fence++
+	return p.fence
+}
+
 // takeLocked records that the machine entered for a caller of Lock.
 func (p *Peer) takeLocked() {
 	if p.held {
@@ -348,8 +438,7 @@ func (p *Peer) takeLocked() {
 	}
 	p.requested = false
 	p.held = true
-	p.fence++
-	p.holdFence = p.fence
+	p.holdFence = p.nextFenceLocked()
 	p.entries++
 }
 
@@ -359,7 +448,7 @@ func (p *Peer) takeLocked() {
 func (p *Peer) admitLocked() {
 	if len(p.waiters) == 0 {
 		p.requested = false
-		p.fence++ // an entry all the same: fences stay ordered with entries
+		p.nextFenceLocked() // an entry all the same: fences stay ordered with entries
 		p.releaseLocked()
 		return
 	}
