@@ -15,7 +15,14 @@ import (
 //
 // A transport may lose, delay or reorder messages; the algorithms that need
 // per-pair FIFO order say so, and the runtime counts only messages whose
-// Send returned nil.
+// Send returned nil. A transport must never duplicate a message, nor
+// deliver one that no peer sent: the machines do not detect duplicates.
+// Ricart-Agrawala survives a duplicate, but a duplicated token makes a
+// token algorithm panic on its second token (in the receive goroutine,
+// rather than let two peers in), and a duplicated grant lets two
+// centralized peers in at once. Messages that no peer could have sent
+// (a foreign receiver, an unknown sender, a fence out of bounds; see
+// FenceWindow) are refused and counted in Stats.Refused.
 type Transport interface {
 	Send(to int, m Message) error
 	Recv() <-chan Message
@@ -40,8 +47,13 @@ type ChanNetwork struct {
 	faults     *faultState
 }
 
-// NewChanNetwork returns a network of n endpoints, ids 0 to n-1.
+// NewChanNetwork returns a network of n endpoints, ids 0 to n-1. As
+// make does for a negative length, it panics if n < 0: a negative size
+// is a bug in the caller, not a condition to handle.
 func NewChanNetwork(n int) *ChanNetwork {
+	if n < 0 {
+		panic(fmt.Sprintf("dmutex: NewChanNetwork(%d): negative number of endpoints", n))
+	}
 	nw := &ChanNetwork{eps: make([]*ChanEndpoint, n)}
 	for i := range nw.eps {
 		nw.eps[i] = &ChanEndpoint{
@@ -69,11 +81,12 @@ type ChanEndpoint struct {
 	ch     chan Message
 	closed atomic.Bool
 
-	mu      sync.Mutex
-	backlog []Message // messages waiting for room in ch, oldest first
-	pumping bool      // a pump goroutine is draining the backlog
-	done    chan struct{}
-	wg      sync.WaitGroup
+	mu        sync.Mutex
+	backlog   []Message // messages waiting for room in ch, oldest first
+	pumping   bool      // a pump goroutine is draining the backlog
+	done      chan struct{}
+	wg        sync.WaitGroup
+	closeOnce sync.Once // every Close waits for the one that does the work
 }
 
 var _ Transport = (*ChanEndpoint)(nil)
@@ -100,13 +113,16 @@ func (e *ChanEndpoint) Send(to int, m Message) error {
 func (e *ChanEndpoint) Recv() <-chan Message { return e.ch }
 
 // Close stops the endpoint: later messages to it are dropped, and Recv's
-// channel is closed.
+// channel is closed. Close returns after its goroutines have exited and
+// Recv's channel is closed; a second call, concurrent or later, returns
+// nil no earlier than the first.
 func (e *ChanEndpoint) Close() error {
+	e.closeOnce.Do(e.shutdown)
+	return nil
+}
+
+func (e *ChanEndpoint) shutdown() {
 	e.mu.Lock()
-	if e.closed.Load() {
-		e.mu.Unlock()
-		return nil
-	}
 	e.closed.Store(true)
 	close(e.done)
 	e.mu.Unlock()
@@ -115,7 +131,6 @@ func (e *ChanEndpoint) Close() error {
 	e.backlog = nil
 	e.mu.Unlock()
 	close(e.ch)
-	return nil
 }
 
 func (e *ChanEndpoint) put(m Message) {

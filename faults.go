@@ -98,14 +98,23 @@ type dropRule struct {
 }
 
 // DropNext makes the network lose the next count messages for which match
-// returns true, such as the next reply from peer 0 to peer 1. match runs
-// under the network's lock and must not call into the network.
+// returns true, such as the next reply from peer 0 to peer 1. A nil match
+// matches every message, and a count of 0 or less drops nothing. match
+// runs under the network's lock and must not call into the network. A
+// panic in match reaches the goroutine that sent the message: a caller of
+// Lock or Unlock, after which the peer can still be closed and read, or a
+// peer's receive goroutine, which ends the program.
 func (nw *ChanNetwork) DropNext(count int, match func(m Message) bool) {
+	if match == nil {
+		match = matchAll
+	}
 	fs := nw.faultState()
 	fs.mu.Lock()
 	fs.drops = append(fs.drops, dropRule{count: count, match: match})
 	fs.mu.Unlock()
 }
+
+func matchAll(Message) bool { return true }
 
 // Crash stops peer id for good, as far as the network goes: it loses every
 // message to or from id, including those already delayed.
