@@ -57,7 +57,7 @@ type suzukiKasami struct {
 	wanting bool     // our request is out and the token has not come yet
 	inside  bool     // in the critical section (always with the token)
 
-	queued []bool // scratch for release: marks peers already in the queue; not state
+	queued []bool // scratch for release and validToken: marks peers in the queue; not state
 }
 
 func newSuzukiKasami(id, n int, cfg *config) (machine, error) {
@@ -117,7 +117,7 @@ func (s *suzukiKasami) onRequest(j int, num uint64, out *output) {
 // token that nobody here asked for (only the mutant sends one) stays here
 // idle until a request comes.
 func (s *suzukiKasami) onToken(m Message, out *output) {
-	if m.Token == nil || len(m.Token.LN) != s.n {
+	if !s.validToken(m.Token) {
 		return // not a token of this cluster; a transport must not deliver it
 	}
 	if s.token != nil {
@@ -129,6 +129,35 @@ func (s *suzukiKasami) onToken(m Message, out *output) {
 		s.inside = true
 		out.enter()
 	}
+}
+
+// validToken reports whether t can be a token of this cluster sent to
+// this peer: one LN entry per peer, and a queue of distinct peer ids that
+// does not name this peer, since a holder pops its receiver off the queue
+// before it sends. Anything else, which only a forged or corrupted
+// message carries, would make release index out of range, or send the
+// token to ourselves.
+func (s *suzukiKasami) validToken(t *Token) bool {
+	if t == nil || len(t.LN) != s.n {
+		return false
+	}
+	if s.queued == nil {
+		s.queued = make([]bool, s.n)
+	}
+	ok := true
+	k := 0
+	for ; k < len(t.Queue); k++ {
+		j := t.Queue[k]
+		if j < 0 || j >= s.n || j == s.id || s.queued[j] {
+			ok = false
+			break
+		}
+		s.queued[j] = true
+	}
+	for _, j := range t.Queue[:k] {
+		s.queued[j] = false
+	}
+	return ok
 }
 
 // release records our request as satisfied, queues every peer with an
