@@ -132,6 +132,13 @@ func defaultVotingSet(i, n int) []int {
 // ErrInvalidConfig and names the offending peers. The sets are copied. It
 // applies to Maekawa only.
 func WithVotingSets(sets [][]int) Option {
+	if sets != nil {
+		cp := make([][]int, len(sets))
+		for i, s := range sets {
+			cp[i] = slices.Clone(s)
+		}
+		sets = cp
+	}
 	return Option{
 		name:  "WithVotingSets",
 		algs:  []Algorithm{Maekawa},
