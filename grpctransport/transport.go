@@ -33,6 +33,14 @@ import (
 // to the senders' links; Send itself never waits.
 const recvBuffer = 64
 
+// windowSize is the fixed HTTP/2 flow-control window of every stream and
+// connection, in bytes. A fixed window turns off gRPC's automatic sizing,
+// whose bandwidth probes (a ping and its answer, then window updates)
+// cost about as many writes as the messages themselves on a link that
+// carries one small frame at a time. It holds several frames of the
+// largest size.
+const windowSize = 4 << 20
+
 // gracePeriod bounds how long Close lets the server flush its last
 // acknowledgements before it cuts the connections.
 const gracePeriod = 2 * time.Second
@@ -188,6 +196,8 @@ func New(id int, addrs []string, opts ...Option) (*Transport, error) {
 		grpc.ForceServerCodec(frameCodec{maxSize: o.maxFrame}),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
 		grpc.ConnectionTimeout(handshakeTimeout),
+		grpc.StaticStreamWindowSize(windowSize),
+		grpc.StaticConnWindowSize(windowSize),
 	)
 	wirepb.RegisterLinkServer(t.srv, linkServer{t: t})
 	for j := range n {
@@ -202,6 +212,8 @@ func New(id int, addrs []string, opts ...Option) (*Transport, error) {
 				MinConnectTimeout: time.Second,
 			}),
 			grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 10 * time.Second, Timeout: 5 * time.Second, PermitWithoutStream: true}),
+			grpc.WithStaticStreamWindowSize(windowSize),
+			grpc.WithStaticConnWindowSize(windowSize),
 		)
 		if err != nil {
 			t.closeConns()
@@ -570,6 +582,30 @@ type linkServer struct {
 // errStop ends a stream handler when the transport closes.
 var errStop = errors.New("dmutex: transport closed")
 
+// ackDelay is how long a receiver may sit on an acknowledgement of
+// protocol messages. Acknowledgements only let the sender forget frames,
+// so nothing waits for them but memory and Barrier, whose markers are
+// acknowledged at once; one per millisecond at most, instead of one per
+// frame, halves the writes of a busy link.
+const ackDelay = time.Millisecond
+
+// An inStream is the receiving end of one stream from another peer. Its
+// reader goroutine receives, checks and delivers the frames; the stream
+// handler's goroutine sends the acknowledgements, since Recv cannot be
+// interrupted and the handler must be able to return at Close.
+type inStream struct {
+	t      *Transport
+	stream wirepb.Link_ConnectServer
+	from   int    // -1 until the hello is accepted; set by the reader before it first signals the handler
+	epoch  uint64 // the sender's epoch, from the hello
+
+	last  atomic.Uint64 // highest sequence number delivered on this stream
+	armed atomic.Bool   // an acknowledgement of last is due within ackDelay
+	kick  chan struct{} // buffered 1: armed became true
+	now   chan uint32   // a barrier round (or 0 for the hello) to acknowledge at once
+	end   chan error    // buffered 1: the reader's result
+}
+
 // Connect serves one stream from another peer.
 func (s linkServer) Connect(stream wirepb.Link_ConnectServer) error {
 	t := s.t
@@ -577,73 +613,126 @@ func (s linkServer) Connect(stream wirepb.Link_ConnectServer) error {
 		return status.Error(codes.Unavailable, "dmutex: transport closed")
 	}
 	defer t.wg.Done()
-
-	// Recv cannot be interrupted, so a goroutine does it and the handler
-	// can return at Close, after the acknowledgements it has sent.
-	frames := make(chan *wirepb.Frame)
-	errs := make(chan error, 1)
+	is := &inStream{t: t, stream: stream, from: -1,
+		kick: make(chan struct{}, 1), now: make(chan uint32), end: make(chan error, 1)}
 	t.wg.Add(1) // the handler's own count keeps wg above zero here
 	go func() {
 		defer t.wg.Done()
-		for {
-			f, err := stream.Recv()
-			if err != nil {
-				errs <- err
-				return
-			}
-			select {
-			case frames <- f:
-			case <-stream.Context().Done():
-				return
-			}
-		}
+		is.end <- is.read()
 	}()
-	next := func() (*wirepb.Frame, error) {
+	return is.acknowledge()
+}
+
+// acknowledge sends the stream's acknowledgements until the reader ends
+// or the transport closes, and returns the handler's result.
+func (is *inStream) acknowledge() error {
+	t := is.t
+	var sent uint64 // highest sequence number acknowledged
+	acked := false  // whether any acknowledgement went out
+	ack := func() error {
+		last := is.last.Load()
+		if acked && last <= sent {
+			return nil
+		}
+		sent, acked = last, true
+		return is.stream.Send(&wirepb.Ack{Seq: last})
+	}
+	timer := time.NewTimer(ackDelay)
+	timer.Stop()
+	defer timer.Stop()
+	for {
 		select {
-		case f := <-frames:
-			return f, nil
-		case err := <-errs:
-			return nil, err
+		case <-is.kick:
+			timer.Reset(ackDelay)
+		case <-timer.C:
+			is.armed.Store(false) // before reading last: a later delivery arms again
+			if err := ack(); err != nil {
+				return t.streamEnd(is.from, err)
+			}
+		case r := <-is.now:
+			if err := ack(); err != nil {
+				return t.streamEnd(is.from, err)
+			}
+			if r != 0 {
+				is.barrierSeen(r)
+			}
+		case err := <-is.end:
+			return err
 		case <-t.done:
-			return nil, errStop
+			// Flush what was delivered, so the sender can forget it.
+			_ = ack()
+			return nil
 		}
 	}
-	from := -1
+}
+
+// barrierSeen records a barrier marker, once its acknowledgement is on its
+// way, so that a Barrier that completes here and closes the transport does
+// not leave the marker's sender waiting for it.
+func (is *inStream) barrierSeen(r uint32) {
+	t := is.t
+	in := t.in[is.from]
+	in.mu.Lock()
+	if in.epoch == is.epoch {
+		in.barrier = max(in.barrier, r)
+	}
+	in.mu.Unlock()
+	t.changed()
+}
+
+// ackNow asks the handler to acknowledge at once, and to record barrier
+// round r if r > 0. It reports false if the stream or the transport ended.
+func (is *inStream) ackNow(r uint32) bool {
+	select {
+	case is.now <- r:
+		return true
+	case <-is.stream.Context().Done():
+	case <-is.t.done:
+	}
+	return false
+}
+
+// read receives the stream's hello and frames, checks them and delivers
+// the messages, until the stream ends, a frame is refused, or the
+// transport closes. It returns the handler's result.
+func (is *inStream) read() error {
+	t := is.t
 	refuse := func(code codes.Code, err error) error {
 		t.refused.Add(1)
-		t.log.Error("dmutex: grpctransport: stream refused", "from", from, "err", err)
+		t.log.Error("dmutex: grpctransport: stream refused", "from", is.from, "err", err)
 		return status.Error(code, err.Error())
 	}
-
-	f, err := next()
+	f, err := is.stream.Recv()
 	if err != nil {
-		return t.streamEnd(from, err)
+		return t.streamEnd(is.from, err)
 	}
-	if from, err = checkHello(f, t.id, t.n); err != nil {
-		from = -1
+	from, err := checkHello(f, t.id, t.n)
+	if err != nil {
 		return refuse(codes.InvalidArgument, err)
 	}
-	if err := t.authorize(stream.Context(), from); err != nil {
+	if err := t.authorize(is.stream.Context(), from); err != nil {
 		return refuse(codes.PermissionDenied, err)
 	}
 	in := t.in[from]
 	h := f.GetHello()
+	epoch := h.GetEpoch()
+	is.from, is.epoch = from, epoch
 	in.mu.Lock()
-	if h.GetEpoch() != in.epoch {
+	if epoch != in.epoch {
 		// A new sender process, or the first stream: start where it says.
-		in.epoch, in.last, in.barrier = h.GetEpoch(), h.GetFirstSeq()-1, 0
+		in.epoch, in.last, in.barrier = epoch, h.GetFirstSeq()-1, 0
 	} else if h.GetFirstSeq() > in.last+1 {
 		in.mu.Unlock()
 		return refuse(codes.InvalidArgument, fmt.Errorf("%w: stream resumes at frame %d, but frame %d is missing", errFrame, h.GetFirstSeq(), in.last+1))
 	}
-	last := in.last
+	is.last.Store(in.last)
 	in.mu.Unlock()
-	if err := stream.Send(&wirepb.Ack{Seq: last}); err != nil {
-		return t.streamEnd(from, err)
+	if !is.ackNow(0) {
+		return nil
 	}
 
 	for {
-		f, err := next()
+		f, err := is.stream.Recv()
 		if err != nil {
 			return t.streamEnd(from, err)
 		}
@@ -651,12 +740,13 @@ func (s linkServer) Connect(stream wirepb.Link_ConnectServer) error {
 		if err != nil {
 			return refuse(codes.InvalidArgument, err)
 		}
+		seq := f.GetSeq()
 		in.mu.Lock()
-		if in.epoch != h.GetEpoch() {
+		if in.epoch != epoch {
 			in.mu.Unlock() // a newer process of the same peer took over
 			return refuse(codes.Aborted, fmt.Errorf("stream of an older process of peer %d", from))
 		}
-		switch seq := f.GetSeq(); {
+		switch {
 		case seq <= in.last:
 			in.mu.Unlock() // delivered on an earlier stream
 			continue
@@ -676,21 +766,20 @@ func (s linkServer) Connect(stream wirepb.Link_ConnectServer) error {
 				return nil
 			}
 		}
-		in.last = f.GetSeq()
+		in.last = seq
 		in.mu.Unlock()
-		if err := stream.Send(&wirepb.Ack{Seq: f.GetSeq()}); err != nil {
-			return t.streamEnd(from, err)
-		}
+		is.last.Store(seq)
 		if !isMsg {
-			// Count the marker only once its acknowledgement is on its
-			// way, so that a Barrier that completes here and closes the
-			// transport does not leave its sender waiting for it.
-			in.mu.Lock()
-			if in.epoch == h.GetEpoch() {
-				in.barrier = max(in.barrier, f.GetBarrier())
+			if !is.ackNow(f.GetBarrier()) {
+				return nil
 			}
-			in.mu.Unlock()
-			t.changed()
+			continue
+		}
+		if !is.armed.Swap(true) {
+			select {
+			case is.kick <- struct{}{}:
+			default:
+			}
 		}
 	}
 }
