@@ -7,7 +7,8 @@
 // Every process starts one Transport with the cluster's static membership,
 // the address of each peer in id order, and hands it to dmutex.NewPeer:
 //
-//	tr, err := grpctransport.New(id, addrs, grpctransport.WithTLS(cfg))
+//	tr, err := grpctransport.New(id, addrs, grpctransport.WithTLS(cfg),
+//		grpctransport.WithCluster(dmutex.RicartAgrawala, ""))
 //	...
 //	p, err := dmutex.NewPeer(dmutex.RicartAgrawala, id, len(addrs), tr)
 //
@@ -19,7 +20,12 @@
 // long-lived bidirectional stream to every other peer j: frames from i to
 // j flow one way, acknowledgements the other. Frames carry sequence
 // numbers, so messages from one peer to another arrive in the order sent,
-// once each, across broken connections (see Transport).
+// once each, across broken connections (see Transport). A stream opens
+// with a hello that names the sender, the cluster size, the algorithm and
+// its options (WithCluster): peers that disagree, or a restarted process
+// of a peer that the receiver had heard from, are refused with an error
+// naming both sides, which Barrier and Err return. A frame whose fencing
+// token exceeds MaxFence is refused.
 //
 // # Security
 //

@@ -15,6 +15,15 @@ import (
 // largest cluster (dmutex.MaxPeers) takes about 60 KiB.
 const DefaultMaxFrameSize = 256 << 10
 
+// MaxFence is the largest fencing token a frame may carry; a receiver
+// refuses a frame above it and closes its stream, and Send refuses such a
+// message. No cluster counts that far (one entry per nanosecond would
+// take 292 years), so a larger value can only be forged or corrupt, and
+// it could push a receiving peer's fence towards wrapping around. How far
+// one message may move a fence beyond the receiver's own is the peer's
+// rule, not the wire's.
+const MaxFence = 1 << 63
+
 // errFrame is wrapped by every error about a frame a receiver refuses.
 var errFrame = errors.New("dmutex: bad frame")
 
@@ -54,6 +63,9 @@ func fromWire(w *wirepb.Message, from, to, n int) (dmutex.Message, error) {
 		return dmutex.Message{}, fmt.Errorf("%w: message from %d to %d on the stream from %d to %d",
 			errFrame, w.GetFrom(), w.GetTo(), from, to)
 	}
+	if w.GetFence() > MaxFence {
+		return dmutex.Message{}, fmt.Errorf("%w: fence %d beyond the bound %d", errFrame, w.GetFence(), uint64(MaxFence))
+	}
 	m := dmutex.Message{Kind: k, From: from, To: to, TS: w.GetTs(), Ref: w.GetRef(), Fence: w.GetFence()}
 	if tok := w.GetToken(); tok != nil {
 		if len(tok.GetLn()) > n || len(tok.GetQueue()) > n {
@@ -77,9 +89,6 @@ func checkHello(f *wirepb.Frame, self, n int) (int, error) {
 	h := f.GetHello()
 	if h == nil || f.GetMsg() != nil || f.GetBarrier() != 0 || f.GetSeq() != 0 {
 		return 0, fmt.Errorf("%w: a stream must open with a hello and nothing else", errFrame)
-	}
-	if int64(h.GetN()) != int64(n) {
-		return 0, fmt.Errorf("%w: sender has a cluster of %d peers, this peer %d", errFrame, h.GetN(), n)
 	}
 	if h.GetFrom() >= uint32(n) || int(h.GetFrom()) == self {
 		return 0, fmt.Errorf("%w: sender id %d is not another member of [0, %d)", errFrame, h.GetFrom(), n)

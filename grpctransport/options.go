@@ -19,13 +19,14 @@ type Option struct {
 }
 
 type options struct {
-	insecure   bool
-	tls        *tls.Config
-	lis        net.Listener
-	log        *slog.Logger
-	minBackoff time.Duration
-	maxBackoff time.Duration
-	maxFrame   int
+	insecure        bool
+	tls             *tls.Config
+	lis             net.Listener
+	log             *slog.Logger
+	minBackoff      time.Duration
+	maxBackoff      time.Duration
+	maxFrame        int
+	alg, algOptions string // WithCluster
 }
 
 // Insecure runs the transport without transport credentials: no
@@ -107,6 +108,24 @@ func WithMaxFrameSize(bytes int) Option {
 			return fmt.Errorf("%w: WithMaxFrameSize(%d), want at least 64", dmutex.ErrInvalidConfig, bytes)
 		}
 		o.maxFrame = bytes
+		return nil
+	}}
+}
+
+// WithCluster names the algorithm that this transport's peer runs, and
+// describes its options in settings, a string of the caller's choosing
+// (such as "implicit-replies"; empty for none). Every stream opens with
+// both and the cluster size, and a transport refuses a stream whose
+// sender differs in any of the three: both ends then give up, with an
+// error naming both sides that Barrier and Err return. Without
+// WithCluster both are sent empty, which matches only peers that do not
+// give it either.
+func WithCluster(alg dmutex.Algorithm, settings string) Option {
+	return Option{name: "WithCluster", apply: func(o *options) error {
+		if a, err := dmutex.ParseAlgorithm(alg.String()); err != nil || a != alg {
+			return fmt.Errorf("%w: WithCluster(%v): unknown algorithm", dmutex.ErrInvalidConfig, alg)
+		}
+		o.alg, o.algOptions = alg.String(), settings
 		return nil
 	}}
 }

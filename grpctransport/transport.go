@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -58,9 +59,10 @@ const gracePeriod = 2 * time.Second
 // and in order, as Lamport's and Maekawa's algorithms need, and messages
 // for a peer that is down wait, in order and without limit, until it is
 // back. A peer that restarts has lost its protocol state, which none of
-// the algorithms can recover from; the transport then resends what the
-// old process had not acknowledged, and it is up to the operator to
-// restart the whole cluster.
+// the algorithms can recover from (a restarted token holder could create
+// a second token): a transport that had heard from the peer's previous
+// process refuses the new one's streams, both give up (see Err), and it is
+// up to the operator to restart the whole cluster.
 //
 // The zero Transport is not usable; New makes one. A Transport is safe for
 // concurrent use. After Close, Send returns dmutex.ErrClosed, Barrier
@@ -84,6 +86,9 @@ type Transport struct {
 	round    uint32        // rounds of Barrier started
 
 	sent, delivered, resent, refused atomic.Uint64
+
+	fmu   sync.Mutex
+	fatal error // the first error that stopped the links for good; see Err
 
 	mu      sync.Mutex // guards closed and wg.Add against Close
 	closed  bool
@@ -391,6 +396,12 @@ func (t *Transport) runLink(o *outbox) {
 		if t.ctx.Err() != nil {
 			return
 		}
+		if status.Code(err) == codes.FailedPrecondition {
+			// The peer refused this cluster's configuration or this
+			// process: trying again cannot help.
+			t.fail(fmt.Errorf("dmutex: peer %d refused peer %d: %s", o.to, t.id, strings.TrimPrefix(status.Convert(err).Message(), "dmutex: ")))
+			return
+		}
 		t.log.Warn("dmutex: grpctransport: link broken, reconnecting", "to", o.to, "err", err)
 		if time.Since(start) > 4*t.opt.maxBackoff {
 			delay = t.opt.minBackoff // it had been working a while
@@ -427,6 +438,7 @@ func (t *Transport) session(o *outbox) (err error) {
 	o.mu.Unlock()
 	hello := &wirepb.Frame{Hello: &wirepb.Hello{
 		From: uint32(t.id), To: uint32(o.to), N: uint32(t.n), Epoch: t.epoch, FirstSeq: sent + 1,
+		Algorithm: t.opt.alg, Options: t.opt.algOptions,
 	}}
 	if err := stream.Send(hello); err != nil {
 		return err
@@ -486,7 +498,7 @@ func (t *Transport) readAcks(stream wirepb.Link_ConnectClient, o *outbox) error 
 	for {
 		a, err := stream.Recv()
 		if err != nil {
-			if status.Code(err) == codes.PermissionDenied || status.Code(err) == codes.InvalidArgument {
+			if c := status.Code(err); c == codes.PermissionDenied || c == codes.InvalidArgument || c == codes.FailedPrecondition {
 				t.log.Error("dmutex: grpctransport: peer refused the stream", "to", o.to, "err", err)
 			}
 			return err
@@ -513,11 +525,40 @@ func (t *Transport) changed() {
 	t.bmu.Unlock()
 }
 
+// fail records err as the reason the transport cannot work, unless one is
+// recorded already, and wakes Barrier callers.
+func (t *Transport) fail(err error) {
+	t.fmu.Lock()
+	first := t.fatal == nil
+	if first {
+		t.fatal = err
+	}
+	t.fmu.Unlock()
+	if first {
+		t.log.Error("dmutex: grpctransport: giving up", "err", err)
+		t.changed()
+	}
+}
+
+// Err returns the error that made the transport give up on the cluster, or
+// nil. A transport gives up when a stream is refused, in either direction,
+// because the two peers disagree on the cluster (size, or algorithm and
+// options given with WithCluster), or because the sender is a restarted
+// process of a peer this transport had heard from before. The error names
+// both sides. The transport keeps running, but the cluster cannot work
+// until it is restarted with one configuration.
+func (t *Transport) Err() error {
+	t.fmu.Lock()
+	defer t.fmu.Unlock()
+	return t.fatal
+}
+
 // Barrier waits until every peer of the cluster has called Barrier as many
 // times as this one, and every peer has received this peer's marker. It
 // sends a marker to every other peer on the same streams as the
 // messages, so a marker arrives after every message its sender sent
-// before it. Tools that run a fixed workload use it to start together
+// before it. It returns the transport's Err as soon as there is one.
+// Tools that run a fixed workload use it to start together
 // (the first Barrier also waits until every peer is reachable) and to
 // stay up, serving the others, until everyone is done. Barrier markers
 // never appear on Recv. Calls must not overlap.
@@ -541,6 +582,9 @@ func (t *Transport) Barrier(ctx context.Context) error {
 		t.bmu.Lock()
 		ch := t.bchanged
 		t.bmu.Unlock()
+		if err := t.Err(); err != nil {
+			return err
+		}
 		if t.barrierDone(r, marks) {
 			return nil
 		}
@@ -717,9 +761,23 @@ func (is *inStream) read() error {
 	h := f.GetHello()
 	epoch := h.GetEpoch()
 	is.from, is.epoch = from, epoch
+	if err := t.sameCluster(h); err != nil {
+		t.fail(err)
+		return refuse(codes.FailedPrecondition, err)
+	}
 	in.mu.Lock()
+	if in.epoch != 0 && epoch != in.epoch {
+		in.mu.Unlock()
+		// Until dmutex can take a peer back after a crash, a restarted
+		// peer must not rejoin: it has forgotten its requests, grants
+		// and tokens, and a token holder could create a second token.
+		err := fmt.Errorf("dmutex: peer %d restarted (its transport is a new process) while peer %d had heard from its previous process: "+
+			"a restarted peer has lost its protocol state and cannot rejoin; restart the whole cluster", from, t.id)
+		t.fail(err)
+		return refuse(codes.FailedPrecondition, err)
+	}
 	if epoch != in.epoch {
-		// A new sender process, or the first stream: start where it says.
+		// The first stream of this sender process: start where it says.
 		in.epoch, in.last, in.barrier = epoch, h.GetFirstSeq()-1, 0
 	} else if h.GetFirstSeq() > in.last+1 {
 		in.mu.Unlock()
@@ -782,6 +840,27 @@ func (is *inStream) read() error {
 			}
 		}
 	}
+}
+
+// sameCluster checks that the sender of hello h runs the same cluster as
+// this transport, and names both sides if not.
+func (t *Transport) sameCluster(h *wirepb.Hello) error {
+	if int64(h.GetN()) == int64(t.n) && h.GetAlgorithm() == t.opt.alg && h.GetOptions() == t.opt.algOptions {
+		return nil
+	}
+	return fmt.Errorf("dmutex: cluster mismatch: peer %d runs %s, peer %d runs %s",
+		h.GetFrom(), describeCluster(h.GetAlgorithm(), h.GetOptions(), int64(h.GetN())),
+		t.id, describeCluster(t.opt.alg, t.opt.algOptions, int64(t.n)))
+}
+
+func describeCluster(alg, opts string, n int64) string {
+	if alg == "" {
+		alg = "an unnamed algorithm"
+	}
+	if opts == "" {
+		return fmt.Sprintf("%s with n=%d and no options", alg, n)
+	}
+	return fmt.Sprintf("%s with n=%d and options %q", alg, n, opts)
 }
 
 // streamEnd logs why a stream from peer from ended, unless it ended

@@ -106,6 +106,7 @@ func TestSendRefusesWhatAReceiverWould(t *testing.T) {
 		{"invalid kind", 1, dmutex.Message{Kind: 0, From: 0, To: 1}},
 		{"token too large", 1, dmutex.Message{Kind: dmutex.KindToken, From: 0, To: 1, Token: &dmutex.Token{LN: []uint64{1, 2, 3}}}},
 		{"token queues a stranger", 1, dmutex.Message{Kind: dmutex.KindToken, From: 0, To: 1, Token: &dmutex.Token{Queue: []int{4}}}},
+		{"fence beyond the bound", 1, dmutex.Message{Kind: dmutex.KindRequest, From: 0, To: 1, Fence: MaxFence + 1}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -148,6 +149,7 @@ func TestNewBadInput(t *testing.T) {
 		{"bad backoff", 0, []string{"127.0.0.1:1"}, []Option{Insecure(), WithBackoff(time.Second, time.Millisecond)}, "WithBackoff(1s, 1ms)"},
 		{"tiny frames", 0, []string{"127.0.0.1:1"}, []Option{Insecure(), WithMaxFrameSize(10)}, "WithMaxFrameSize(10)"},
 		{"zero option", 0, []string{"127.0.0.1:1"}, []Option{{}}, "zero Option"},
+		{"unknown algorithm", 0, []string{"127.0.0.1:1"}, []Option{Insecure(), WithCluster(dmutex.Algorithm(99), "")}, "WithCluster(Algorithm(99))"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -224,9 +226,10 @@ func TestRestartedReceiver(t *testing.T) {
 	}
 }
 
-// TestRestartedSender closes peer 1 and starts a new process of it: the
-// new process numbers its frames from 1 again, and peer 0 delivers them
-// rather than take them for repeats of the old process's frames.
+// TestRestartedSender closes peer 1 and starts a new process of it: peer 0,
+// which had heard from the old process, refuses the new one's stream, and
+// both give up with an error that says why, rather than let a peer that
+// has lost its state (perhaps a token) back in.
 func TestRestartedSender(t *testing.T) {
 	ls, addrs := listeners(t, 2)
 	tr0, err := New(0, addrs, WithListener(ls[0]), Insecure(), fastRetry, quiet)
@@ -245,10 +248,20 @@ func TestRestartedSender(t *testing.T) {
 	tr1, err = New(1, addrs, WithListener(l), Insecure(), fastRetry, quiet)
 	require.NoError(t, err)
 	defer func() { require.NoError(t, tr1.Close()) }()
-	for ts := uint64(1); ts <= 3; ts++ {
-		require.NoError(t, tr1.Send(0, msg(1, 0, ts)))
+	require.NoError(t, tr1.Send(0, msg(1, 0, 1)))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	err = tr1.Barrier(ctx)
+	require.ErrorContains(t, err, "peer 1 restarted")
+	require.ErrorContains(t, err, "peer 0 refused peer 1")
+	require.ErrorContains(t, tr0.Err(), "peer 1 restarted")
+	require.Equal(t, err, tr1.Err(), "Err after Barrier")
+	select {
+	case m := <-tr0.Recv():
+		require.Failf(t, "the restarted peer got a message through", "%v", m)
+	default:
 	}
-	requireInOrder(t, receive(t, tr0, 3, 10*time.Second), []int{1}, 3)
+	assert.Equal(t, uint64(5), tr0.Stats().Delivered)
 }
 
 // unacked returns how many frames for peer to wait for acknowledgement.
@@ -282,72 +295,93 @@ func TestBarrier(t *testing.T) {
 }
 
 // TestMalformedFrames opens streams to peer 0 that carry bad frames: each
-// is closed with an error that is logged, and peer 0 keeps working.
+// is closed with an error that is logged, and peer 0 keeps working. Each
+// case claims to be its own peer, 2 or more, none of which runs, so that
+// no case looks like a restart of another's sender.
 func TestMalformedFrames(t *testing.T) {
+	const n = 2 + 14 // peers 0 and 1, and one claimed by each case
+	enc := func(f *wirepb.Frame) []byte {
+		b, err := proto.Marshal(f)
+		require.NoError(t, err)
+		return b
+	}
+	// A case's streams all come from one process of its sender: a retry
+	// repeats the epoch, and peer 0 drops what the first stream delivered.
+	hello := func(from uint32, mod func(h *wirepb.Hello)) []byte {
+		h := &wirepb.Hello{From: from, To: 0, N: uint32(n), Epoch: 100 + uint64(from), FirstSeq: 1}
+		if mod != nil {
+			mod(h)
+		}
+		return enc(&wirepb.Frame{Hello: h})
+	}
+	good := func(from uint32, seq uint64) *wirepb.Frame {
+		return &wirepb.Frame{Seq: seq, Msg: toWire(msg(int(from), 0, seq))}
+	}
+	tests := []struct {
+		name   string
+		frames func(from uint32) [][]byte
+		code   codes.Code
+	}{
+		{"not protobuf", func(uint32) [][]byte { return [][]byte{{0xff, 0xff, 0xff}} }, codes.Internal},
+		{"oversized", func(from uint32) [][]byte {
+			return [][]byte{hello(from, nil), enc(good(from, 1)), make([]byte, 4096)}
+		}, codes.Internal},
+		{"message before hello", func(from uint32) [][]byte { return [][]byte{enc(good(from, 1))} }, codes.InvalidArgument},
+		{"hello from outside the membership", func(from uint32) [][]byte {
+			return [][]byte{hello(from, func(h *wirepb.Hello) { h.From = 70 })}
+		}, codes.InvalidArgument},
+		{"hello from itself", func(from uint32) [][]byte { return [][]byte{hello(from, func(h *wirepb.Hello) { h.From = 0 })} }, codes.InvalidArgument},
+		{"hello for another peer", func(from uint32) [][]byte { return [][]byte{hello(from, func(h *wirepb.Hello) { h.To = 1 })} }, codes.InvalidArgument},
+		{"hello with another cluster size", func(from uint32) [][]byte {
+			return [][]byte{hello(from, func(h *wirepb.Hello) { h.N = 4 })}
+		}, codes.FailedPrecondition},
+		{"hello with another algorithm", func(from uint32) [][]byte {
+			return [][]byte{hello(from, func(h *wirepb.Hello) { h.Algorithm = "lamport" })}
+		}, codes.FailedPrecondition},
+		{"unknown kind", func(from uint32) [][]byte {
+			f := good(from, 1)
+			f.Msg.Kind = 99
+			return [][]byte{hello(from, nil), enc(f)}
+		}, codes.InvalidArgument},
+		{"message claims another sender", func(from uint32) [][]byte {
+			f := good(from, 1)
+			f.Msg.From = 1
+			return [][]byte{hello(from, nil), enc(f)}
+		}, codes.InvalidArgument},
+		{"token larger than the cluster", func(from uint32) [][]byte {
+			f := good(from, 1)
+			f.Msg.Token = &wirepb.Token{Ln: make([]uint64, 100)}
+			return [][]byte{hello(from, nil), enc(f)}
+		}, codes.InvalidArgument},
+		{"fence beyond the bound", func(from uint32) [][]byte {
+			f := good(from, 1)
+			f.Msg.Fence = 1<<64 - 2
+			return [][]byte{hello(from, nil), enc(f)}
+		}, codes.InvalidArgument},
+		{"both message and barrier", func(from uint32) [][]byte {
+			f := good(from, 1)
+			f.Barrier = 1
+			return [][]byte{hello(from, nil), enc(f)}
+		}, codes.InvalidArgument},
+		{"gap in sequence numbers", func(from uint32) [][]byte {
+			return [][]byte{hello(from, nil), enc(good(from, 1)), enc(good(from, 3))}
+		}, codes.InvalidArgument},
+	}
+
+	require.Len(t, tests, n-2)
 	var logs logBuffer
-	ls, addrs := listeners(t, 3)
-	require.NoError(t, ls[2].Close()) // peer 2 never runs; the raw streams claim to be it
+	ls, addrs := listeners(t, n)
+	for _, l := range ls[2:] {
+		require.NoError(t, l.Close()) // the raw streams claim to be these peers
+	}
 	tr0, err := New(0, addrs, WithListener(ls[0]), Insecure(), fastRetry, WithMaxFrameSize(1024), WithLogger(logs.logger()))
 	require.NoError(t, err)
 	defer func() { require.NoError(t, tr0.Close()) }()
 	tr1, err := New(1, addrs, WithListener(ls[1]), Insecure(), fastRetry, quiet)
 	require.NoError(t, err)
 	defer func() { require.NoError(t, tr1.Close()) }()
-
-	enc := func(f *wirepb.Frame) []byte {
-		b, err := proto.Marshal(f)
-		require.NoError(t, err)
-		return b
-	}
-	epoch := uint64(100)
-	hello := func(mod func(h *wirepb.Hello)) []byte {
-		epoch++
-		h := &wirepb.Hello{From: 2, To: 0, N: 3, Epoch: epoch, FirstSeq: 1}
-		if mod != nil {
-			mod(h)
-		}
-		return enc(&wirepb.Frame{Hello: h})
-	}
-	good := func(seq uint64) *wirepb.Frame {
-		return &wirepb.Frame{Seq: seq, Msg: toWire(msg(2, 0, seq))}
-	}
-	tests := []struct {
-		name   string
-		frames func() [][]byte
-		code   codes.Code
-	}{
-		{"not protobuf", func() [][]byte { return [][]byte{{0xff, 0xff, 0xff}} }, codes.Internal},
-		{"oversized", func() [][]byte {
-			return [][]byte{hello(nil), enc(&wirepb.Frame{Seq: 1, Msg: toWire(msg(2, 0, 1)), Barrier: 0}), make([]byte, 4096)}
-		}, codes.Internal},
-		{"message before hello", func() [][]byte { return [][]byte{enc(good(1))} }, codes.InvalidArgument},
-		{"hello from outside the membership", func() [][]byte { return [][]byte{hello(func(h *wirepb.Hello) { h.From = 7 })} }, codes.InvalidArgument},
-		{"hello from itself", func() [][]byte { return [][]byte{hello(func(h *wirepb.Hello) { h.From = 0 })} }, codes.InvalidArgument},
-		{"hello for another peer", func() [][]byte { return [][]byte{hello(func(h *wirepb.Hello) { h.To = 1 })} }, codes.InvalidArgument},
-		{"hello with another cluster size", func() [][]byte { return [][]byte{hello(func(h *wirepb.Hello) { h.N = 4 })} }, codes.InvalidArgument},
-		{"unknown kind", func() [][]byte {
-			f := good(1)
-			f.Msg.Kind = 99
-			return [][]byte{hello(nil), enc(f)}
-		}, codes.InvalidArgument},
-		{"message claims another sender", func() [][]byte {
-			f := good(1)
-			f.Msg.From = 1
-			return [][]byte{hello(nil), enc(f)}
-		}, codes.InvalidArgument},
-		{"token larger than the cluster", func() [][]byte {
-			f := good(1)
-			f.Msg.Token = &wirepb.Token{Ln: []uint64{1, 2, 3, 4}}
-			return [][]byte{hello(nil), enc(f)}
-		}, codes.InvalidArgument},
-		{"both message and barrier", func() [][]byte {
-			f := good(1)
-			f.Barrier = 1
-			return [][]byte{hello(nil), enc(f)}
-		}, codes.InvalidArgument},
-		{"gap in sequence numbers", func() [][]byte { return [][]byte{hello(nil), enc(good(1)), enc(good(3))} }, codes.InvalidArgument},
-	}
-	for _, tt := range tests {
+	for i, tt := range tests {
+		from := uint32(2 + i)
 		t.Run(tt.name, func(t *testing.T) {
 			// The refusal is always sent, but on a loaded machine this
 			// client's hang-up can reach the server before gRPC decodes
@@ -364,7 +398,7 @@ func TestMalformedFrames(t *testing.T) {
 				return false
 			}
 			for try := 0; ; try++ {
-				err := refusal(t, addrs[0], nil, tt.frames()...)
+				err := refusal(t, addrs[0], nil, tt.frames(from)...)
 				require.Equal(t, tt.code, status.Code(err), "%v", err)
 				if counted() {
 					break
@@ -376,9 +410,8 @@ func TestMalformedFrames(t *testing.T) {
 	assert.GreaterOrEqual(t, strings.Count(logs.String(), "level=ERROR"), len(tests), logs.String())
 
 	// Peer 0 still serves peer 1, and the valid frames that came before
-	// the bad ones were delivered: at least the two of the oversized and
-	// gap cases (a case that took a second stream may have sent its valid
-	// frame again), and nothing else from the raw streams.
+	// the bad ones were delivered, once each: those of the oversized and
+	// gap cases, and nothing else from the raw streams.
 	require.NoError(t, tr1.Send(0, msg(1, 0, 1)))
 	var fromRaw []dmutex.Message
 	for {
@@ -389,10 +422,11 @@ func TestMalformedFrames(t *testing.T) {
 		}
 		fromRaw = append(fromRaw, m)
 	}
-	assert.GreaterOrEqual(t, len(fromRaw), 2, "%v", fromRaw)
+	assert.Len(t, fromRaw, 2, "%v", fromRaw)
 	for _, m := range fromRaw {
-		assert.Equal(t, msg(2, 0, 1), m)
+		assert.Equal(t, msg(m.From, 0, 1), m)
 	}
+	require.ErrorContains(t, tr0.Err(), "cluster mismatch", "a hello of another cluster makes peer 0 give up")
 }
 
 func TestKindsMatchTheWire(t *testing.T) {
@@ -480,5 +514,44 @@ func TestDeliveredNeverBehindRecv(t *testing.T) {
 		require.NoError(t, trs[1].Send(0, msg(1, 0, ts)))
 		receive(t, trs[0], 1, 20*time.Second)
 		require.GreaterOrEqual(t, trs[0].Stats().Delivered, ts, "after taking message %d from Recv", ts)
+	}
+}
+
+// TestClusterMismatch starts peers that disagree on the algorithm or its
+// options: each side's Barrier fails with an error naming both, instead
+// of waiting for a cluster that can never work.
+func TestClusterMismatch(t *testing.T) {
+	tests := []struct {
+		name       string
+		alg0, alg1 dmutex.Algorithm
+		opt0, opt1 string
+		want0      string
+		want1      string
+	}{
+		{"algorithm", dmutex.RicartAgrawala, dmutex.Lamport, "", "", "peer 0 runs ricart-agrawala with n=2", "peer 1 runs lamport with n=2"},
+		{"options", dmutex.RicartAgrawala, dmutex.RicartAgrawala, "", "implicit-replies",
+			"peer 0 runs ricart-agrawala with n=2 and no options", `peer 1 runs ricart-agrawala with n=2 and options "implicit-replies"`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			trs := startTransports(t, 2, func(id int) []Option {
+				if id == 0 {
+					return []Option{Insecure(), WithCluster(tt.alg0, tt.opt0)}
+				}
+				return []Option{Insecure(), WithCluster(tt.alg1, tt.opt1)}
+			})
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			var wg sync.WaitGroup
+			for _, tr := range trs {
+				wg.Go(func() {
+					err := tr.Barrier(ctx)
+					assert.ErrorContains(t, err, "cluster mismatch")
+					assert.ErrorContains(t, err, tt.want0)
+					assert.ErrorContains(t, err, tt.want1)
+				})
+			}
+			wg.Wait()
+		})
 	}
 }

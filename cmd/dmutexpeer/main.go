@@ -161,6 +161,9 @@ func (c *config) run(ctx context.Context, stdout, stderr io.Writer) (err error) 
 	defer func() { err = errors.Join(err, log.Close()) }()
 
 	opts := []grpctransport.Option{
+		// Peers started with another -alg or another -peers list are
+		// refused at the first stream, and Barrier says so.
+		grpctransport.WithCluster(c.alg, ""),
 		grpctransport.WithLogger(slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: c.logLevel}))),
 	}
 	if c.tls {

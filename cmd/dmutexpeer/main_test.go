@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -294,4 +295,37 @@ func writeCerts(t *testing.T, dir string, n int) [][]string {
 		args[i] = []string{"-cert", certFile, "-key", keyFile, "-ca", caFile}
 	}
 	return args
+}
+
+// TestAlgorithmMismatch starts two peers with different -alg, for every
+// pair of algorithms: both must exit with an error that names both
+// algorithms, instead of waiting for each other until -timeout.
+func TestAlgorithmMismatch(t *testing.T) {
+	algs := dmutex.Algorithms()
+	for i, a := range algs {
+		for _, b := range algs[i+1:] {
+			t.Run(a.String()+"/"+b.String(), func(t *testing.T) {
+				logPath := filepath.Join(t.TempDir(), "shared.log")
+				peers := strings.Join(freeAddrs(t, 2), ",")
+				codes := make([]int, 2)
+				outs := []*bytes.Buffer{new(bytes.Buffer), new(bytes.Buffer)}
+				done := make(chan int, 2)
+				for id, alg := range []dmutex.Algorithm{a, b} {
+					go func() {
+						codes[id] = run([]string{"-id", fmt.Sprint(id), "-peers", peers, "-alg", alg.String(),
+							"-entries", "1", "-log", logPath, "-insecure", "-timeout", "2m"}, io.Discard, outs[id])
+						done <- id
+					}()
+				}
+				<-done
+				<-done
+				for id := range 2 {
+					assert.Equal(t, 1, codes[id], "peer %d: %s", id, outs[id])
+					assert.Contains(t, outs[id].String(), "cluster mismatch", "peer %d", id)
+					assert.Contains(t, outs[id].String(), "runs "+a.String()+" with n=2", "peer %d", id)
+					assert.Contains(t, outs[id].String(), "runs "+b.String()+" with n=2", "peer %d", id)
+				}
+			})
+		}
+	}
 }

@@ -108,12 +108,20 @@ func (Kind) EnumDescriptor() ([]byte, []int) {
 // on. epoch is chosen at random each time a sender's transport starts, so
 // the receiver can tell a restarted sender from a reconnected one.
 type Hello struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	From          uint32                 `protobuf:"varint,1,opt,name=from,proto3" json:"from,omitempty"`
-	To            uint32                 `protobuf:"varint,2,opt,name=to,proto3" json:"to,omitempty"`
-	N             uint32                 `protobuf:"varint,3,opt,name=n,proto3" json:"n,omitempty"` // cluster size; both sides must agree
-	Epoch         uint64                 `protobuf:"varint,4,opt,name=epoch,proto3" json:"epoch,omitempty"`
-	FirstSeq      uint64                 `protobuf:"varint,5,opt,name=first_seq,json=firstSeq,proto3" json:"first_seq,omitempty"` // sequence number of the next Frame
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	From     uint32                 `protobuf:"varint,1,opt,name=from,proto3" json:"from,omitempty"`
+	To       uint32                 `protobuf:"varint,2,opt,name=to,proto3" json:"to,omitempty"`
+	N        uint32                 `protobuf:"varint,3,opt,name=n,proto3" json:"n,omitempty"` // cluster size; both sides must agree
+	Epoch    uint64                 `protobuf:"varint,4,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	FirstSeq uint64                 `protobuf:"varint,5,opt,name=first_seq,json=firstSeq,proto3" json:"first_seq,omitempty"` // sequence number of the next Frame
+	// The algorithm the sender's peer runs (dmutex.Algorithm's name, such as
+	// "ricart-agrawala"), and a description of its options. The receiver
+	// refuses a stream whose n, algorithm or options differ from its own
+	// with FAILED_PRECONDITION, and so does it a stream from a new epoch of
+	// a sender it has heard from before: a restarted peer has lost its
+	// protocol state.
+	Algorithm     string `protobuf:"bytes,6,opt,name=algorithm,proto3" json:"algorithm,omitempty"`
+	Options       string `protobuf:"bytes,7,opt,name=options,proto3" json:"options,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -181,6 +189,20 @@ func (x *Hello) GetFirstSeq() uint64 {
 		return x.FirstSeq
 	}
 	return 0
+}
+
+func (x *Hello) GetAlgorithm() string {
+	if x != nil {
+		return x.Algorithm
+	}
+	return ""
+}
+
+func (x *Hello) GetOptions() string {
+	if x != nil {
+		return x.Options
+	}
+	return ""
 }
 
 // Frame is one unit on a stream.
@@ -449,13 +471,15 @@ var File_wire_proto protoreflect.FileDescriptor
 const file_wire_proto_rawDesc = "" +
 	"\n" +
 	"\n" +
-	"wire.proto\x12\x0edmutex.wire.v1\"l\n" +
+	"wire.proto\x12\x0edmutex.wire.v1\"\xa4\x01\n" +
 	"\x05Hello\x12\x12\n" +
 	"\x04from\x18\x01 \x01(\rR\x04from\x12\x0e\n" +
 	"\x02to\x18\x02 \x01(\rR\x02to\x12\f\n" +
 	"\x01n\x18\x03 \x01(\rR\x01n\x12\x14\n" +
 	"\x05epoch\x18\x04 \x01(\x04R\x05epoch\x12\x1b\n" +
-	"\tfirst_seq\x18\x05 \x01(\x04R\bfirstSeq\"\x8b\x01\n" +
+	"\tfirst_seq\x18\x05 \x01(\x04R\bfirstSeq\x12\x1c\n" +
+	"\talgorithm\x18\x06 \x01(\tR\talgorithm\x12\x18\n" +
+	"\aoptions\x18\a \x01(\tR\aoptions\"\x8b\x01\n" +
 	"\x05Frame\x12+\n" +
 	"\x05hello\x18\x01 \x01(\v2\x15.dmutex.wire.v1.HelloR\x05hello\x12\x10\n" +
 	"\x03seq\x18\x02 \x01(\x04R\x03seq\x12)\n" +
