@@ -27,6 +27,8 @@ type options struct {
 	maxBackoff      time.Duration
 	maxFrame        int
 	alg, algOptions string // WithCluster
+
+	noCertCheck bool // withoutCertificateCheck: tests that play an impostor
 }
 
 // Insecure runs the transport without transport credentials: no

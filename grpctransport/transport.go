@@ -146,10 +146,8 @@ func New(id int, addrs []string, opts ...Option) (*Transport, error) {
 	if id < 0 || id >= n {
 		return nil, fmt.Errorf("%w: peer id %d out of range [0, %d)", dmutex.ErrInvalidConfig, id, n)
 	}
-	for i, a := range addrs {
-		if _, _, err := net.SplitHostPort(a); err != nil {
-			return nil, fmt.Errorf("%w: address %q of peer %d: %v", dmutex.ErrInvalidConfig, a, i, err)
-		}
+	if err := distinctAddrs(addrs); err != nil {
+		return nil, err
 	}
 	o := options{minBackoff: 50 * time.Millisecond, maxBackoff: 2 * time.Second, maxFrame: DefaultMaxFrameSize}
 	for i, opt := range opts {
@@ -165,6 +163,11 @@ func New(id int, addrs []string, opts ...Option) (*Transport, error) {
 			return nil, fmt.Errorf("%w: both Insecure and WithTLS given", dmutex.ErrInvalidConfig)
 		}
 		return nil, fmt.Errorf("%w: no transport credentials: give WithTLS, or Insecure by name", dmutex.ErrInvalidConfig)
+	}
+	if o.tls != nil && !o.noCertCheck {
+		if err := checkCertificate(id, o.tls); err != nil {
+			return nil, err
+		}
 	}
 	if o.log == nil {
 		o.log = slog.Default()

@@ -254,8 +254,8 @@ func TestThreeProcesses(t *testing.T) {
 	})
 
 	t.Run("wrong certificate", func(t *testing.T) {
-		// Peer 1 runs with peer 2's certificate: the others refuse it, and
-		// nobody gets past the start before the timeout.
+		// Peer 1 runs with peer 2's certificate: it refuses to start and
+		// says why, and peer 0 gets no further than waiting for it.
 		logPath := filepath.Join(t.TempDir(), "shared.log")
 		peers := strings.Join(freeAddrs(t, 2), ",")
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -272,7 +272,7 @@ func TestThreeProcesses(t *testing.T) {
 		goodErr, badErr := good.Wait(), bad.Wait()
 		require.Error(t, goodErr)
 		require.Error(t, badErr)
-		assert.Contains(t, goodOut.String(), "certificate names [peer-2]")
+		assert.Contains(t, badOut.String(), `certificate names [peer-2], not "peer-1"`)
 		assert.Contains(t, goodOut.String(), "waiting for the other peers")
 		_, err := os.Stat(logPath)
 		require.NoError(t, err)

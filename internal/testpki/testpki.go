@@ -58,6 +58,13 @@ func New(t testing.TB) *CA {
 // DNS subject alternative names.
 func (ca *CA) Issue(t testing.TB, names ...string) tls.Certificate {
 	t.Helper()
+	return ca.IssueFor(t, []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}, names...)
+}
+
+// IssueFor is Issue with the given extended key usages, for tests of
+// certificates that allow too little.
+func (ca *CA) IssueFor(t testing.TB, usages []x509.ExtKeyUsage, names ...string) tls.Certificate {
+	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	require.NoError(t, err)
 	tmpl := &x509.Certificate{
@@ -67,7 +74,7 @@ func (ca *CA) Issue(t testing.TB, names ...string) tls.Certificate {
 		NotBefore:    time.Now().Add(-time.Hour),
 		NotAfter:     time.Now().Add(time.Hour),
 		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+		ExtKeyUsage:  usages,
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.Cert, &key.PublicKey, ca.key)
 	require.NoError(t, err)

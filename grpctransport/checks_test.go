@@ -1,0 +1,69 @@
+package grpctransport
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/dmutex/dmutex"
+	"github.com/dmutex/dmutex/internal/testpki"
+)
+
+// TestNewChecksOwnCertificate starts peer 1 with certificates that every
+// other peer would refuse: New must say which fault it is, and the right
+// certificate must pass.
+func TestNewChecksOwnCertificate(t *testing.T) {
+	ca, other := testpki.New(t), testpki.New(t)
+	addrs := []string{"127.0.0.1:1", "127.0.0.1:2"}
+	cfg := func(c tls.Certificate) *tls.Config {
+		return &tls.Config{Certificates: []tls.Certificate{c}, RootCAs: ca.Pool, MinVersion: tls.VersionTLS13}
+	}
+	tests := []struct {
+		name string
+		cfg  *tls.Config
+		want string
+	}{
+		{"wrong authority", cfg(other.Issue(t, PeerName(1))), "does not chain to the given authority"},
+		{"serverAuth only", cfg(ca.IssueFor(t, []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}, PeerName(1))), "does not allow client authentication (extended key usage [serverAuth])"},
+		{"clientAuth only", cfg(ca.IssueFor(t, []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}, PeerName(1))), "does not allow server authentication (extended key usage [clientAuth])"},
+		{"no DNS name", cfg(ca.Issue(t)), `certificate names no DNS name (common name ""), not "peer-1"`},
+		{"another peer's name", cfg(ca.Issue(t, PeerName(0))), `certificate names [peer-0], not "peer-1"`},
+		{"client authority differs", func() *tls.Config {
+			c := cfg(ca.Issue(t, PeerName(1)))
+			c.ClientCAs = other.Pool
+			return c
+		}(), "does not chain to the given authority"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tr, err := New(1, addrs, WithTLS(tt.cfg))
+			require.Nil(t, tr)
+			require.ErrorIs(t, err, ErrCertificate)
+			require.ErrorIs(t, err, dmutex.ErrInvalidConfig)
+			assert.Contains(t, err.Error(), tt.want)
+		})
+	}
+
+	ls, laddrs := listeners(t, 2)
+	require.NoError(t, ls[0].Close())
+	tr, err := New(1, laddrs, WithListener(ls[1]), WithTLS(cfg(ca.Issue(t, "other-name", PeerName(1)))), quiet)
+	require.NoError(t, err, "a certificate that names peer-1 among others, from the authority, for both uses")
+	require.NoError(t, tr.Close())
+}
+
+// TestNewRefusesDuplicateAddresses checks that two peers at one address
+// are refused, with both ids named, whatever the case of the host.
+func TestNewRefusesDuplicateAddresses(t *testing.T) {
+	for _, addrs := range [][]string{
+		{"127.0.0.1:7000", "127.0.0.1:7001", "127.0.0.1:7000"},
+		{"LocalHost:7000", "127.0.0.1:7001", "localhost:7000"},
+	} {
+		tr, err := New(1, addrs, Insecure())
+		require.Nil(t, tr)
+		require.ErrorIs(t, err, dmutex.ErrInvalidConfig)
+		assert.Contains(t, err.Error(), "peers 0 and 2 have the same address")
+	}
+}
