@@ -21,6 +21,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/health"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
@@ -78,8 +79,9 @@ type Transport struct {
 	out  []*outbox // by receiver id; nil at id
 	in   []*inlink // by sender id; nil at id
 
-	srv *grpc.Server
-	lis *shakingListener
+	srv    *grpc.Server
+	health *health.Server // the standard health service; see health.go
+	lis    *shakingListener
 
 	bmu      sync.Mutex
 	bchanged chan struct{} // closed and replaced when a barrier may have completed
@@ -208,6 +210,7 @@ func New(id int, addrs []string, opts ...Option) (*Transport, error) {
 		grpc.StaticConnWindowSize(windowSize),
 	)
 	wirepb.RegisterLinkServer(t.srv, linkServer{t: t})
+	t.health = serveHealth(t.ctx, t.srv)
 	for j := range n {
 		if j == id {
 			continue
@@ -342,6 +345,7 @@ func (t *Transport) Close() error {
 		return nil
 	}
 	t.closed = true
+	t.health.Shutdown() // NOT_SERVING, before Watch streams end with ctx
 	close(t.done)
 	t.cancel()
 	t.mu.Unlock()

@@ -1,0 +1,79 @@
+package grpctransport
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
+
+	"github.com/dmutex/dmutex/grpctransport/internal/wirepb"
+	"github.com/dmutex/dmutex/internal/testpki"
+)
+
+// TestHealthService asks a running transport, insecure and with mutual
+// TLS, for its health with the standard client, and watches it turn
+// NOT_SERVING at Close.
+func TestHealthService(t *testing.T) {
+	require.Equal(t, wirepb.Link_ServiceDesc.ServiceName, HealthService)
+	ca := testpki.New(t)
+	for _, tt := range []struct {
+		name  string
+		opt   Option
+		creds credentials.TransportCredentials
+	}{
+		{"insecure", Insecure(), insecure.NewCredentials()},
+		{"mtls", WithTLS(ca.Config(t, PeerName(0))), func() credentials.TransportCredentials {
+			cfg := ca.Config(t, PeerName(1))
+			cfg.ServerName = PeerName(0)
+			return credentials.NewTLS(cfg)
+		}()},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			ls, addrs := listeners(t, 2)
+			require.NoError(t, ls[1].Close())
+			tr, err := New(0, addrs, WithListener(ls[0]), tt.opt, fastRetry, quiet)
+			require.NoError(t, err)
+			conn, err := grpc.NewClient(addrs[0], grpc.WithTransportCredentials(tt.creds))
+			require.NoError(t, err)
+			defer func() { _ = conn.Close() }()
+			hc := healthpb.NewHealthClient(conn)
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			for _, svc := range []string{"", HealthService} {
+				resp, err := hc.Check(ctx, &healthpb.HealthCheckRequest{Service: svc})
+				require.NoError(t, err, "service %q", svc)
+				assert.Equal(t, healthpb.HealthCheckResponse_SERVING, resp.GetStatus(), "service %q", svc)
+			}
+			_, err = hc.Check(ctx, &healthpb.HealthCheckRequest{Service: "no.such.Service"})
+			require.Error(t, err, "an unknown service is NOT_FOUND")
+
+			watch, err := hc.Watch(ctx, &healthpb.HealthCheckRequest{Service: HealthService})
+			require.NoError(t, err)
+			first, err := watch.Recv()
+			require.NoError(t, err)
+			require.Equal(t, healthpb.HealthCheckResponse_SERVING, first.GetStatus())
+			closed := make(chan error, 1)
+			go func() { closed <- tr.Close() }()
+			for {
+				next, err := watch.Recv()
+				if err != nil {
+					// Ended by the handler at Close, not cut by the
+					// server's Stop once GracefulStop gave up on it.
+					assert.Equal(t, codes.Canceled, status.Code(err), "%v", err)
+					break
+				}
+				// The change can lose the race with the end of the stream.
+				assert.Equal(t, healthpb.HealthCheckResponse_NOT_SERVING, next.GetStatus())
+			}
+			require.NoError(t, <-closed)
+		})
+	}
+}
