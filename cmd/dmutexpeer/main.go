@@ -9,7 +9,12 @@
 //		-alg ricart-agrawala -entries 100 -log shared.log -insecure
 //
 // With mutual TLS, give -cert, -key and -ca instead of -insecure; peer i's
-// certificate must carry the DNS name peer-i.
+// certificate must carry the DNS name peer-i. To try it,
+//
+//	dmutexpeer certs -n 3 -dir certs
+//
+// writes a throwaway authority (certs/ca.crt) and, for each peer i,
+// certs/peer-i.crt and certs/peer-i.key.
 //
 // Every peer waits until all are reachable before its first entry, and
 // after its last entry keeps serving the others until all have finished.
@@ -77,6 +82,7 @@ func parse(args []string, stderr io.Writer) (*config, error) {
 	fs.BoolVar(&verbose, "v", false, "log reconnections and other transport events")
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "Usage: dmutexpeer -id ID -peers ADDR,ADDR,... -log FILE (-insecure | -cert F -key F -ca F) [flags]")
+		fmt.Fprintln(fs.Output(), "       dmutexpeer certs -n N -dir DIR")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -135,6 +141,9 @@ func algNames() string {
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 && args[0] == "certs" {
+		return runCerts(args[1:], stdout, stderr)
+	}
 	c, err := parse(args, stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return 0

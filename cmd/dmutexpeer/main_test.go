@@ -20,7 +20,6 @@ import (
 
 	"github.com/dmutex/dmutex"
 	"github.com/dmutex/dmutex/grpctransport"
-	"github.com/dmutex/dmutex/internal/testpki"
 )
 
 func TestMain(m *testing.M) {
@@ -282,17 +281,18 @@ func TestThreeProcesses(t *testing.T) {
 	})
 }
 
-// writeCerts writes a made-up authority and one certificate and key per
-// peer into dir and returns each peer's TLS flags. The keys live only in
-// the test's temporary directory.
+// writeCerts writes an authority and one certificate and key per peer
+// into dir with "dmutexpeer certs", as the README's walkthrough does, and
+// returns each peer's TLS flags.
 func writeCerts(t *testing.T, dir string, n int) [][]string {
 	t.Helper()
-	ca := testpki.New(t)
+	certs := filepath.Join(dir, "certs")
+	var stdout, stderr bytes.Buffer
+	require.Equal(t, 0, run([]string{"certs", "-n", fmt.Sprint(n), "-dir", certs}, &stdout, &stderr), "%s", stderr.String())
 	args := make([][]string, n)
 	for i := range n {
-		name := grpctransport.PeerName(i)
-		certFile, keyFile, caFile := ca.WriteFiles(t, dir, name, name)
-		args[i] = []string{"-cert", certFile, "-key", keyFile, "-ca", caFile}
+		name := filepath.Join(certs, grpctransport.PeerName(i))
+		args[i] = []string{"-cert", name + ".crt", "-key", name + ".key", "-ca", filepath.Join(certs, "ca.crt")}
 	}
 	return args
 }
