@@ -1,0 +1,88 @@
+package dmutex
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func newCentralizedMachine(t *testing.T, id, n int) *centralized {
+	t.Helper()
+	m, err := newCentralized(id, n, nil)
+	require.NoError(t, err)
+	return m.(*centralized)
+}
+
+// TestCentralizedIgnoresStrayMessages steps the machines with messages the
+// protocol never sends them: each must change nothing, neither let a peer
+// in nor free or grant at the coordinator. A guard that is dropped lets
+// one of them through.
+func TestCentralizedIgnoresStrayMessages(t *testing.T) {
+	msg := func(k Kind, from int) event {
+		return event{kind: evMessage, msg: Message{Kind: k, From: from}}
+	}
+	tests := []struct {
+		name  string
+		id    int
+		setup func(c *centralized, out *output)
+		ev    event
+	}{
+		// Peer 1, waiting for its grant.
+		{"request from the coordinator", 1, wantGrant, msg(KindRequest, 0)},
+		{"release from the coordinator", 1, wantGrant, msg(KindRelease, 0)},
+		{"token from the coordinator", 1, wantGrant, msg(KindToken, 0)},
+		{"grant from a peer", 1, wantGrant, msg(KindGrant, 2)},
+		// Peer 1, not waiting.
+		{"grant while idle", 1, nil, msg(KindGrant, 0)},
+		// The coordinator, waiting behind peer 1.
+		{"grant at the coordinator", 0, func(c *centralized, out *output) {
+			c.step(msg(KindRequest, 1), out)
+			c.step(event{kind: evRequest}, out)
+		}, msg(KindGrant, 0)},
+		{"release from a waiting peer", 0, func(c *centralized, out *output) {
+			c.step(msg(KindRequest, 1), out)
+			c.step(msg(KindRequest, 2), out)
+		}, msg(KindRelease, 2)},
+		{"release with no holder", 0, nil, msg(KindRelease, 1)},
+		{"grant to an idle coordinator", 0, nil, msg(KindGrant, 0)},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := newCentralizedMachine(t, tt.id, 3)
+			var out output
+			if tt.setup != nil {
+				tt.setup(c, &out)
+			}
+			before := c.appendState(nil)
+			out.reset()
+			c.step(tt.ev, &out)
+			assert.False(t, out.entered, "entered")
+			assert.Empty(t, out.msgs)
+			assert.Equal(t, before, c.appendState(nil), "state changed")
+		})
+	}
+}
+
+func wantGrant(c *centralized, out *output) { c.step(event{kind: evRequest}, out) }
+
+// TestCentralizedQueue pins the coordinator's queue: requests wait in
+// arrival order behind the holder, and each release grants the oldest.
+func TestCentralizedQueue(t *testing.T) {
+	c := newCentralizedMachine(t, 0, 4)
+	var out output
+	step := func(k Kind, from int) []Message {
+		out.reset()
+		c.step(event{kind: evMessage, msg: Message{Kind: k, From: from}}, &out)
+		return append([]Message(nil), out.msgs...)
+	}
+	grant := func(to int) []Message { return []Message{{Kind: KindGrant, From: 0, To: to}} }
+	require.Equal(t, grant(2), step(KindRequest, 2))
+	require.Empty(t, step(KindRequest, 3))
+	require.Empty(t, step(KindRequest, 1))
+	require.Equal(t, grant(3), step(KindRelease, 2))
+	require.Equal(t, grant(1), step(KindRelease, 3))
+	require.Empty(t, step(KindRelease, 1))
+	assert.Equal(t, -1, c.holder)
+	assert.Empty(t, c.queue)
+}
