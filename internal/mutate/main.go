@@ -11,8 +11,9 @@
 //
 // Each -run is a stage: a mutant is run against the first stage's tests,
 // and only if they all pass against the next, so fast strong tests kill
-// most mutants cheaply and the full suite sees only the hard ones; a
-// stage "REGEXP;skip=REGEXP" also skips tests (go test -skip). A
+// most mutants cheaply and the full suite sees only the hard ones. A
+// stage may add options after semicolons: "REGEXP;skip=REGEXP" also skips
+// tests (go test -skip), "REGEXP;noshort" runs them without -short. A
 // mutant that does not compile is skipped and not counted; one whose
 // tests outlive -timeout counts as killed (TIMEOUT). Mutants are listed in
 // source order, the same on every run; -only file:line (or file:line:col)
@@ -68,7 +69,7 @@ func main() {
 		args    = flag.String("args", "", "extra arguments for the test binary, space-separated (e.g. -dmutex.maxstates=100000)")
 	)
 	var run stages
-	flag.Var(&run, "run", "test regexp of one stage, optionally followed by ;skip=REGEXP; repeat for later stages (default: every test)")
+	flag.Var(&run, "run", "test regexp of one stage, optionally followed by ;skip=REGEXP and ;noshort; repeat for later stages (default: every test)")
 	flag.Parse()
 	if *files == "" {
 		fmt.Fprintln(os.Stderr, "mutate: -files is required")
@@ -301,16 +302,25 @@ var failLine = regexp.MustCompile(`(?m)^\s*--- FAIL: (\S+)`)
 func (r *runner) runStage(bin, run string) (status, test string) {
 	ctx, cancel := context.WithTimeout(context.Background(), r.timeout+30*time.Second)
 	defer cancel()
+	run, opts, _ := strings.Cut(run, ";")
 	var skip string
-	if i := strings.Index(run, ";skip="); i >= 0 {
-		run, skip = run[:i], run[i+len(";skip="):]
+	short := r.short
+	for _, o := range strings.Split(opts, ";") {
+		switch {
+		case strings.HasPrefix(o, "skip="):
+			skip = strings.TrimPrefix(o, "skip=")
+		case o == "noshort":
+			short = false
+		case o != "":
+			fatal(fmt.Errorf("stage option %q: want skip=REGEXP or noshort", o))
+		}
 	}
 	args := []string{"-test.run", run, "-test.failfast", "-test.count=1",
 		"-test.timeout", r.timeout.String()}
 	if skip != "" {
 		args = append(args, "-test.skip", skip)
 	}
-	if r.short {
+	if short {
 		args = append(args, "-test.short")
 	}
 	args = append(args, r.extra...)
