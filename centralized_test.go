@@ -35,6 +35,10 @@ func TestCentralizedIgnoresStrayMessages(t *testing.T) {
 		{"grant from a peer", 1, wantGrant, msg(KindGrant, 2)},
 		// Peer 1, not waiting.
 		{"grant while idle", 1, nil, msg(KindGrant, 0)},
+		{"second grant while inside", 1, func(c *centralized, out *output) {
+			c.step(event{kind: evRequest}, out)
+			c.step(msg(KindGrant, 0), out)
+		}, msg(KindGrant, 0)},
 		// The coordinator, waiting behind peer 1.
 		{"grant at the coordinator", 0, func(c *centralized, out *output) {
 			c.step(msg(KindRequest, 1), out)
@@ -45,6 +49,10 @@ func TestCentralizedIgnoresStrayMessages(t *testing.T) {
 			c.step(msg(KindRequest, 2), out)
 		}, msg(KindRelease, 2)},
 		{"release with no holder", 0, nil, msg(KindRelease, 1)},
+		{"grant from the holder", 0, func(c *centralized, out *output) {
+			c.step(msg(KindRequest, 1), out)
+			c.step(msg(KindRequest, 2), out)
+		}, msg(KindGrant, 1)},
 		{"grant to an idle coordinator", 0, nil, msg(KindGrant, 0)},
 	}
 	for _, tt := range tests {
