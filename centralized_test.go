@@ -94,3 +94,29 @@ func TestCentralizedQueue(t *testing.T) {
 	assert.Equal(t, -1, c.holder)
 	assert.Empty(t, c.queue)
 }
+
+// TestCentralizedCloneAndState checks that a clone shares no queue with
+// its original, and that the encoding tells apart the states that behave
+// differently: a peer waiting for its grant or not, a coordinator with a
+// holder or none.
+func TestCentralizedCloneAndState(t *testing.T) {
+	c := newCentralizedMachine(t, 0, 7)
+	c.holder = 1
+	c.queue = make([]int, 3, 8) // spare capacity, which a shared array would expose
+	copy(c.queue, []int{2, 3, 4})
+	d := c.clone().(*centralized)
+	require.Equal(t, c.appendState(nil), d.appendState(nil))
+	var out output
+	d.step(event{kind: evMessage, msg: Message{Kind: KindRequest, From: 5}}, &out)
+	c.step(event{kind: evMessage, msg: Message{Kind: KindRequest, From: 6}}, &out)
+	assert.Equal(t, []int{2, 3, 4, 5}, d.queue, "a clone shares no queue with its original")
+	assert.Equal(t, []int{2, 3, 4, 6}, c.queue)
+
+	idle, free := newCentralizedMachine(t, 1, 3), newCentralizedMachine(t, 0, 3)
+	waiting := newCentralizedMachine(t, 1, 3)
+	waiting.step(event{kind: evRequest}, &out)
+	assert.NotEqual(t, idle.appendState(nil), waiting.appendState(nil), "waiting for a grant")
+	held := newCentralizedMachine(t, 0, 3)
+	held.step(event{kind: evMessage, msg: Message{Kind: KindRequest, From: 1}}, &out)
+	assert.NotEqual(t, free.appendState(nil), held.appendState(nil), "a holder")
+}

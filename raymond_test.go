@@ -304,3 +304,13 @@ func TestWithTree(t *testing.T) {
 		})
 	}
 }
+
+// TestWithTreeCopies checks that changing the caller's slice after
+// WithTree cannot change the tree the cluster uses.
+func TestWithTreeCopies(t *testing.T) {
+	parent := []int{-1, 0, 0}
+	cfg, err := newConfig(Raymond, 3, forCluster, []Option{WithTree(parent)})
+	require.NoError(t, err)
+	parent[2] = 1
+	assert.Equal(t, []int{-1, 0, 0}, cfg.treeParent)
+}
