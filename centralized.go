@@ -106,3 +106,5 @@ func (c *centralized) appendState(b []byte) []byte {
 	b = appendInt(b, c.holder)
 	return appendInts(b, c.queue)
 }
+
+func (c *centralized) coordinatorID() int { return coordinator }

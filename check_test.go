@@ -1,6 +1,8 @@
 package dmutex
 
 import (
+	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"strings"
@@ -10,7 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-var maxStates = flag.Int("dmutex.maxstates", 0, "stop each exhaustive check after this many states (0: no limit)")
+var maxStates = flag.Int("dmutex.maxstates", 0, "stop each exhaustive check after this many states (0: the default limit)")
 
 var bigChecks = flag.Bool("dmutex.big", false, "also model-check the big configurations (Lamport with two requests per peer, implicit replies with two requests over an unordered network, Maekawa at n = 4): minutes and gigabytes")
 
@@ -18,27 +20,27 @@ var bigChecks = flag.Bool("dmutex.big", false, "also model-check the big configu
 type checkExpectation struct {
 	order  orderRule
 	tokens bool // the machines must implement tokenHolder
-	nets   []netKind
+	nets   []Network
 }
 
 // expectations lists, per algorithm, the order it promises, whether it is
 // a token algorithm, and the network models to check it over: FIFO only
 // for the algorithms that need it, both models otherwise.
 var expectations = [numAlgorithms]checkExpectation{
-	Centralized:    {order: orderCoordinator, nets: []netKind{netFIFO, netBag}},
-	TokenRing:      {tokens: true, nets: []netKind{netFIFO, netBag}},
-	Lamport:        {order: orderTimestamp, nets: []netKind{netFIFO}},
-	RicartAgrawala: {order: orderTimestamp, nets: []netKind{netFIFO, netBag}},
-	Maekawa:        {nets: []netKind{netFIFO}},
-	SuzukiKasami:   {tokens: true, nets: []netKind{netFIFO, netBag}},
-	Raymond:        {tokens: true, nets: []netKind{netFIFO, netBag}},
+	Centralized:    {order: orderCoordinator, nets: []Network{NetworkFIFO, NetworkUnordered}},
+	TokenRing:      {tokens: true, nets: []Network{NetworkFIFO, NetworkUnordered}},
+	Lamport:        {order: orderTimestamp, nets: []Network{NetworkFIFO}},
+	RicartAgrawala: {order: orderTimestamp, nets: []Network{NetworkFIFO, NetworkUnordered}},
+	Maekawa:        {nets: []Network{NetworkFIFO}},
+	SuzukiKasami:   {tokens: true, nets: []Network{NetworkFIFO, NetworkUnordered}},
+	Raymond:        {tokens: true, nets: []Network{NetworkFIFO, NetworkUnordered}},
 }
 
 // checkCase is one configuration for the exhaustive check.
 type checkCase struct {
 	v           variant
 	n, requests int
-	net         netKind
+	net         Network
 	big         bool // only with -dmutex.big
 }
 
@@ -61,11 +63,11 @@ func checkCases() []checkCase {
 				// states), and for implicit replies over an unordered
 				// network, where stale requests and replies linger (6.4M
 				// states). Maekawa's grid sets at n = 3 stay small.
-				big2 := a == Lamport || (v.opts != nil && net == netBag)
+				big2 := a == Lamport || (v.opts != nil && net == NetworkUnordered)
 				cs = append(cs,
 					checkCase{v: v, n: 3, requests: 1, net: net},
 					checkCase{v: v, n: 3, requests: 2, net: net, big: big2})
-				if a == RicartAgrawala && net == netBag {
+				if a == RicartAgrawala && net == NetworkUnordered {
 					// Regression for stale requests with implicit replies,
 					// which overtook newer ones and lost a reply.
 					cs = append(cs, checkCase{v: v, n: 2, requests: 3, net: net})
@@ -84,10 +86,18 @@ func checkCases() []checkCase {
 	return cs
 }
 
+// mustCheck runs Check and fails the test on an error.
+func mustCheck(t testing.TB, cfg CheckConfig) CheckResult {
+	t.Helper()
+	res, err := Check(context.Background(), cfg)
+	require.NoError(t, err)
+	return res
+}
+
 // TestModelCheck explores every reachable state of small clusters of
-// every algorithm and checks mutual exclusion, liveness (no
-// final state with a request unserved), the promised entry order and,
-// for token algorithms, that exactly one token exists.
+// every algorithm through Check and requires every property: mutual
+// exclusion, the promised entry order, exactly one token for token
+// algorithms, no deadlock, and no fair cycle that starves a request.
 func TestModelCheck(t *testing.T) {
 	for _, cc := range checkCases() {
 		t.Run(cc.name(), func(t *testing.T) {
@@ -95,68 +105,45 @@ func TestModelCheck(t *testing.T) {
 				t.Skip("big; run with -dmutex.big")
 			}
 			if testing.Short() && cc.v.alg == Lamport {
-				t.Skip("0.7M states, about 20 s under -race; skipped with -short")
+				t.Skip("75k states and their graph, seconds under -race; skipped with -short")
 			}
 			exp := expectations[cc.v.alg]
-			res := check(t, checkSpec{
-				alg: cc.v.alg, opts: cc.v.opts, n: cc.n, requests: cc.requests,
-				net: cc.net, order: exp.order, compact: cc.big, maxStates: *maxStates,
+			limit := *maxStates
+			if cc.big && limit == 0 {
+				limit = -1
+			}
+			// Under the race detector, Lamport's 0.7M states are checked
+			// for safety and deadlock only, without the graph.
+			safetyOnly := cc.big || (raceEnabled && cc.v.alg == Lamport)
+			res := mustCheck(t, CheckConfig{
+				Algorithm: cc.v.alg, Options: cc.v.opts, N: cc.n, Requests: cc.requests,
+				Network: cc.net, MaxStates: limit, SafetyOnly: safetyOnly,
 			})
-			if res.incomplete {
-				t.Logf("%s: stopped after %d states, %d transitions, %v (-dmutex.maxstates); no violation so far",
-					cc.name(), res.states, res.transitions, res.elapsed.Round(1e6))
-				require.Empty(t, res.violation)
+			if res.Violation != nil {
+				require.Nil(t, res.Violation, "%s: %s\n%s", res.Violation.Property, res.Violation.Message, strings.Join(res.Violation.Trace, "\n"))
+			}
+			if !res.Complete {
+				t.Logf("%s: stopped after %d states, %d transitions, %.1fs; no violation so far",
+					cc.name(), res.States, res.Transitions, res.Seconds)
 				return
 			}
-			require.Empty(t, res.violation, "counterexample:\n%s", strings.Join(res.trace, "\n"))
-			assert.Positive(t, res.finals)
-			assert.Zero(t, res.cut)
+			assert.True(t, res.Safe)
+			assert.True(t, res.DeadlockFree)
+			if !safetyOnly {
+				assert.True(t, res.Liveness)
+				assert.True(t, res.StarvationFree)
+				assert.GreaterOrEqual(t, res.MaxOvertakes, 0)
+			}
+			m, err := algorithms[cc.v.alg].build(0, cc.n, &config{alg: cc.v.alg, n: cc.n})
+			require.NoError(t, err)
 			if exp.tokens {
-				m, err := algorithms[cc.v.alg].build(0, cc.n, &config{alg: cc.v.alg, n: cc.n})
-				require.NoError(t, err)
 				assert.Implements(t, (*tokenHolder)(nil), m, "a token algorithm must report its token")
 			}
-			if exp.order == orderTimestamp {
-				m, err := algorithms[cc.v.alg].build(0, cc.n, &config{alg: cc.v.alg, n: cc.n})
-				require.NoError(t, err)
-				assert.Implements(t, (*timestamped)(nil), m)
-			}
-			t.Logf("%s: %d states, %d transitions, %d final, %v", cc.name(), res.states, res.transitions, res.finals, res.elapsed.Round(1e6))
-		})
-	}
-}
-
-// TestModelCheckFindsMutants runs the checker on deliberately broken
-// variants and expects a counterexample of the named kind, printed as a
-// trace. Each case is a regression test of the checker itself.
-func TestModelCheckFindsMutants(t *testing.T) {
-	tests := []struct {
-		name        string
-		alg         Algorithm
-		opts        []Option
-		net         netKind
-		n, requests int
-		want        string
-	}{
-		// Replying on a timestamp tie lets both tied peers in.
-		{"ricart-agrawala/tie-reply", RicartAgrawala, []Option{withMutant("tie-reply")}, netBag, 3, 1, "is inside"},
-		// A later reply overtakes an earlier request: two peers enter.
-		{"lamport/unordered", Lamport, nil, netBag, 3, 1, "is inside"},
-		// Without INQUIRE/RELINQUISH a cycle of votes deadlocks.
-		{"maekawa/no-inquire", Maekawa, []Option{withMutant("no-inquire")}, netFIFO, 3, 1, "deadlock"},
-		// The token sent for an outdated request leaves a request unserved
-		// or duplicates the token; any violation counts.
-		{"suzuki-kasami/outdated-token", SuzukiKasami, []Option{withMutant("outdated-token")}, netBag, 3, 2, ""},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			res := check(t, checkSpec{
-				alg: tt.alg, opts: tt.opts, n: tt.n, requests: tt.requests,
-				net: tt.net, order: expectations[tt.alg].order, bfs: true, want: tt.want,
-			})
-			require.NotEmpty(t, res.violation, "no counterexample in %d states", res.states)
-			require.NotEmpty(t, res.trace)
-			t.Logf("%s: after %d states, %s:\n    %s", tt.name, res.states, res.violation, strings.Join(res.trace, "\n    "))
+			w, err := NewWorld(cc.v.alg, cc.n, cc.v.opts...)
+			require.NoError(t, err)
+			assert.Equal(t, exp.order, w.order, "the order the world holds the machines to")
+			t.Logf("%s: %d states, %d transitions, max overtakes %d, %.2fs (%.0f states/s)", cc.name(), res.States, res.Transitions,
+				res.MaxOvertakes, res.Seconds, float64(res.States)/res.Seconds)
 		})
 	}
 }
@@ -174,6 +161,26 @@ func (f *forger) step(ev event, out *output) {
 func (f *forger) hasToken() bool              { return f.token }
 func (f *forger) clone() machine              { c := *f; return &c }
 func (f *forger) appendState(b []byte) []byte { return appendBool(b, f.token) }
+
+// dropper is a broken token machine that loses the token, with no fault
+// at all, when its holder leaves.
+type dropper struct{ token, inside bool }
+
+func (d *dropper) step(ev event, out *output) {
+	switch {
+	case ev.kind == evRequest && d.token:
+		d.inside = true
+		out.enter()
+	case ev.kind == evRelease:
+		d.inside = false
+		d.token = false // vanished
+	}
+}
+func (d *dropper) hasToken() bool { return d.token }
+func (d *dropper) clone() machine { c := *d; return &c }
+func (d *dropper) appendState(b []byte) []byte {
+	return appendBool(appendBool(b, d.token), d.inside)
+}
 
 // stamped gives a machine a fixed request timestamp, which the order
 // checks then hold it to.
@@ -193,40 +200,82 @@ func backwards(id, n int) machine {
 	return &stamped{m, uint64(n - id)}
 }
 
-// TestModelCheckFindsBrokenMachines checks the checker against machines
-// broken on purpose, in ways the real ones are not yet.
-func TestModelCheckFindsBrokenMachines(t *testing.T) {
+// plain hides every optional interface of the centralized machine: no
+// order is promised.
+type plain struct{ machine }
+
+func (p *plain) clone() machine { return &plain{p.machine.clone()} }
+
+// TestCheckFindsBrokenMachines checks the checker against machines broken
+// on purpose, in ways the real ones are not.
+func TestCheckFindsBrokenMachines(t *testing.T) {
 	tests := []struct {
 		name  string
 		build func(id, n int) machine
-		order orderRule
+		prop  string
 		want  string
 	}{
-		{"overlap", func(int, int) machine { return &fakeMachine{} }, orderNone, "is inside"},
-		{"deadlock", func(int, int) machine { return &fakeMachine{never: true} }, orderNone, "deadlock: [0 1] wait for ever"},
-		{"forged token", func(id, _ int) machine { return &forger{token: id == 0} }, orderNone, "2 tokens held and 0 in flight"},
-		{"timestamp order", backwards, orderTimestamp, "P1 entered with request (1, 1) after the younger (2, 0)"},
-		{"no order promised", backwards, orderNone, ""}, // control: nothing to find
+		{"overlap", func(int, int) machine { return &fakeMachine{} }, "safety", "peer 1 entered while peer 0 was inside"},
+		{"deadlock", func(int, int) machine { return &fakeMachine{never: true} }, "deadlock", "peers [0 1] wait and no message is in flight"},
+		{"forged token", func(id, _ int) machine { return &forger{token: id == 0} }, "safety", "2 tokens held and 0 in flight"},
+		{"vanished token", func(id, _ int) machine { return &dropper{token: id == 0} }, "safety", "0 tokens held and 0 in flight"},
+		{"timestamp order", backwards, "safety", "peer 1 entered with request (1, 1) after the younger (2, 0)"},
+		{"no order promised", func(id, n int) machine { m := backwards(id, n); return &plain{m} }, "", ""}, // control
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			res := check(t, checkSpec{alg: Centralized, n: 2, requests: 1, bfs: true, build: tt.build, order: tt.order, want: tt.want})
+			res := mustCheck(t, CheckConfig{Algorithm: Centralized, N: 2, Requests: 1, build: tt.build})
 			if tt.want == "" {
-				require.Empty(t, res.violation)
+				require.Nil(t, res.Violation)
+				assert.True(t, res.Safe && res.DeadlockFree && res.StarvationFree && res.Complete)
 				return
 			}
-			require.Contains(t, res.violation, tt.want)
-			t.Logf("%s:\n    %s", res.violation, strings.Join(res.trace, "\n    "))
+			require.NotNil(t, res.Violation)
+			assert.Equal(t, tt.prop, res.Violation.Property)
+			assert.Contains(t, res.Violation.Message, tt.want)
+			assert.NotEmpty(t, res.Violation.Trace)
+			assert.Contains(t, res.Violation.Mermaid, "sequenceDiagram")
+			t.Logf("%s:\n    %s", res.Violation.Message, strings.Join(res.Violation.Trace, "\n    "))
 		})
 	}
 }
 
+// TestCheckCoordinatorOrder breaks the coordinator's FIFO promise: a
+// coordinator that grants its newest waiter first.
+func TestCheckCoordinatorOrder(t *testing.T) {
+	res := mustCheck(t, CheckConfig{Algorithm: Centralized, N: 3, Requests: 1, build: func(id, n int) machine {
+		m, _ := newCentralized(id, n, nil)
+		return &lifo{m.(*centralized)}
+	}})
+	require.NotNil(t, res.Violation)
+	assert.Contains(t, res.Violation.Message, "but the coordinator had the requests of")
+}
+
+// lifo is a centralized machine that serves its newest waiter first.
+type lifo struct{ *centralized }
+
+func (l *lifo) step(ev event, out *output) {
+	if q := l.queue; len(q) > 1 {
+		q[0], q[len(q)-1] = q[len(q)-1], q[0]
+	}
+	l.centralized.step(ev, out)
+}
+func (l *lifo) clone() machine { return &lifo{l.centralized.clone().(*centralized)} }
+
+// TestSimulationFindsVanishedToken: the simulator reports a token that
+// vanished without a fault.
+func TestSimulationFindsVanishedToken(t *testing.T) {
+	s := simulation(t, variant{alg: Centralized}, 2)
+	s.w.replaceMachines(func(id, _ int) machine { return &dropper{token: id == 0} })
+	require.NoError(t, s.Request(0))
+	err := s.Run()
+	require.ErrorIs(t, err, ErrViolation)
+	assert.Contains(t, err.Error(), "0 tokens held and 0 in flight, want exactly one in all")
+}
+
 func TestSimulationFindsEntryOutOfOrder(t *testing.T) {
 	s := simulation(t, variant{alg: Centralized}, 2, WithDelivery(DeliverLockStep))
-	for i := range s.ms {
-		s.ms[i] = backwards(i, 2)
-	}
-	s.ordered = true
+	s.w.replaceMachines(backwards)
 	require.NoError(t, s.Request(0)) // the coordinator enters at once
 	require.NoError(t, s.Request(1))
 	err := s.Run()
@@ -236,13 +285,120 @@ func TestSimulationFindsEntryOutOfOrder(t *testing.T) {
 
 func TestSimulationFindsForgedToken(t *testing.T) {
 	s := simulation(t, variant{alg: Centralized}, 2)
-	for i := range s.ms {
-		s.ms[i] = &forger{token: i == 0}
-	}
-	s.tokens = true
+	s.w.replaceMachines(func(id, _ int) machine { return &forger{token: id == 0} })
 	require.NoError(t, s.Request(0))
 	require.NoError(t, s.Run())
 	err := s.Request(1)
 	require.ErrorIs(t, err, ErrViolation)
 	assert.Contains(t, err.Error(), "2 tokens held and 0 in flight, want exactly one in all")
+}
+
+// TestCheckVariants runs every variant through Check with its defaults
+// alone, and requires a violation with a trace that replays.
+func TestCheckVariants(t *testing.T) {
+	for _, v := range Variants() {
+		t.Run(v.Name, func(t *testing.T) {
+			res := mustCheck(t, CheckConfig{Variant: v.Name, StopAtDeadlock: true})
+			require.NotNil(t, res.Violation, "no counterexample in %d states", res.States)
+			assert.Equal(t, v.Algorithm.String(), res.Algorithm)
+			assert.NotEmpty(t, res.Violation.Trace)
+			assert.Len(t, res.Violation.Transitions, len(res.Violation.Trace))
+			w, err := res.Violation.Replay()
+			require.NotNil(t, w)
+			if res.Violation.Property == "safety" {
+				require.NoError(t, err)
+				last, ok := w.Find(res.Violation.Transitions[len(res.Violation.Transitions)-1])
+				require.True(t, ok)
+				_, err = w.Apply(last)
+				require.ErrorIs(t, err, ErrViolation, "the last step breaks the promise again")
+			}
+			t.Logf("%s, %d states: %s: %s\n    %s", v.Name, res.States, res.Violation.Property, res.Violation.Message,
+				strings.Join(res.Violation.Trace, "\n    "))
+		})
+	}
+}
+
+// TestCheckVariantsRefusedByClusters: a variant is for the simulator, the
+// world and the checker only.
+func TestCheckVariantsRefusedByClusters(t *testing.T) {
+	for _, v := range Variants() {
+		_, err := New(v.Algorithm, 3, WithVariant(v.Name))
+		require.ErrorIs(t, err, ErrInvalidConfig)
+		assert.Contains(t, err.Error(), "WithVariant does not apply to a cluster")
+		_, err = NewPeer(v.Algorithm, 0, 3, NewChanNetwork(3).Endpoint(0), WithVariant(v.Name))
+		require.ErrorIs(t, err, ErrInvalidConfig)
+		_, err = NewSimulation(v.Algorithm, 3, WithVariant(v.Name))
+		require.NoError(t, err)
+	}
+	_, err := NewSimulation(Lamport, 3, WithVariant("maekawa-no-inquire"))
+	require.ErrorIs(t, err, ErrInvalidConfig)
+	_, err = NewSimulation(Lamport, 3, WithVariant("nope"))
+	require.ErrorIs(t, err, ErrInvalidConfig)
+	assert.Contains(t, err.Error(), `unknown variant "nope"`)
+}
+
+// TestCheckJSON pins the keys of the JSON object, fixed by issue 11.
+func TestCheckJSON(t *testing.T) {
+	res := mustCheck(t, CheckConfig{Algorithm: RicartAgrawala, N: 3, Requests: 2})
+	b, err := json.Marshal(res)
+	require.NoError(t, err)
+	var m map[string]any
+	require.NoError(t, json.Unmarshal(b, &m))
+	for _, k := range []string{"algorithm", "n", "requests", "network", "states", "transitions", "seconds",
+		"complete", "safe", "deadlockFree", "starvationFree", "maxOvertakes", "violation"} {
+		assert.Contains(t, m, k)
+	}
+	assert.Equal(t, "ricart-agrawala", m["algorithm"])
+	assert.Equal(t, "fifo", m["network"])
+	assert.Equal(t, true, m["complete"])
+	assert.Equal(t, true, m["safe"])
+	assert.Equal(t, true, m["deadlockFree"])
+	assert.Equal(t, true, m["starvationFree"])
+	assert.Nil(t, m["violation"])
+	assert.Equal(t, float64(res.MaxOvertakes), m["maxOvertakes"])
+
+	res.MaxOvertakes = -1
+	b, err = json.Marshal(res)
+	require.NoError(t, err)
+	assert.Contains(t, string(b), `"maxOvertakes":null`)
+
+	bad := mustCheck(t, CheckConfig{Variant: "ricart-agrawala-tie-reply"})
+	b, err = json.Marshal(bad)
+	require.NoError(t, err)
+	require.NoError(t, json.Unmarshal(b, &m))
+	viol, ok := m["violation"].(map[string]any)
+	require.True(t, ok)
+	assert.Equal(t, "safety", viol["property"])
+	assert.NotEmpty(t, viol["trace"])
+	assert.Contains(t, viol["mermaid"], "sequenceDiagram")
+}
+
+// TestCheckStateLimit: a limit stops the search with complete false and
+// liveness not computed.
+func TestCheckStateLimit(t *testing.T) {
+	res := mustCheck(t, CheckConfig{Algorithm: RicartAgrawala, N: 3, Requests: 2, MaxStates: 100})
+	assert.False(t, res.Complete)
+	assert.Equal(t, 100, res.States)
+	assert.False(t, res.Liveness)
+	assert.Equal(t, -1, res.MaxOvertakes)
+}
+
+func TestCheckBadConfig(t *testing.T) {
+	for _, cfg := range []CheckConfig{
+		{Algorithm: Algorithm(99)},
+		{Algorithm: Lamport, N: -1},
+		{Algorithm: Lamport, Requests: -2},
+		{Algorithm: Lamport, Network: Network(9)},
+		{Algorithm: Lamport, Faults: CheckFaults{Crash: true, CrashPeer: 3}},
+		{Algorithm: Lamport, Faults: CheckFaults{Lose: true, LoseKind: Kind(77)}},
+		{Variant: "nope"},
+		{Algorithm: Lamport, Options: []Option{WithImplicitReplies()}},
+	} {
+		_, err := Check(context.Background(), cfg)
+		require.ErrorIs(t, err, ErrInvalidConfig, "%+v", cfg)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, err := Check(ctx, CheckConfig{Algorithm: Lamport, Requests: 2, N: 3})
+	require.ErrorIs(t, err, context.Canceled)
 }

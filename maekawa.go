@@ -1,6 +1,9 @@
 package dmutex
 
-import "slices"
+import (
+	"fmt"
+	"slices"
+)
 
 // NewMaekawa starts n peers running the quorum algorithm of M. Maekawa, "A
 // √N algorithm for mutual exclusion in decentralized systems", ACM TOCS
@@ -69,11 +72,8 @@ func NewMaekawa(n int, opts ...Option) (*Cluster, error) {
 // again. Messages between a peer's two roles are delivered locally,
 // within the same step, in the order sent.
 type maekawa struct {
-	id        int
-	noInquire bool  // mutant "no-inquire": voters only queue, nobody yields
-	lateFail  bool  // mutant "failed-on-arrival": FAILED only to an arriving request
-	eagerGive bool  // mutant "yield-unheld": answer an INQUIRE for a vote not yet here
-	set       []int // our voting set, in increasing order; contains id
+	id  int
+	set []int // our voting set, in increasing order; contains id
 
 	// Requester.
 	clock   uint64 // Lamport clock: highest timestamp seen
@@ -127,14 +127,11 @@ func newMaekawa(id, n int, cfg *config) (machine, error) {
 		set = defaultVotingSet(id, n)
 	}
 	return &maekawa{
-		id:        id,
-		noInquire: cfg.mutant == "no-inquire",
-		lateFail:  cfg.mutant == "failed-on-arrival",
-		eagerGive: cfg.mutant == "yield-unheld",
-		set:       set,
-		votes:     make([]mkVote, len(set)),
-		inquiry:   make([]bool, len(set)),
-		grantTo:   -1,
+		id:      id,
+		set:     set,
+		votes:   make([]mkVote, len(set)),
+		inquiry: make([]bool, len(set)),
+		grantTo: -1,
 	}, nil
 }
 
@@ -209,12 +206,12 @@ func (m *maekawa) receive(msg Message, out *output) {
 // Voter.
 
 func (m *maekawa) onRequest(j int, ts uint64, out *output) {
-	k := m.enqueue(mkEntry{ts: ts, id: j})
+	m.enqueue(mkEntry{ts: ts, id: j})
 	if m.grantTo < 0 {
 		m.grantBest(out)
 		return
 	}
-	m.tell(k, out)
+	m.tell(out)
 }
 
 // enqueue inserts e into the queue in (ts, id) order and returns its
@@ -245,38 +242,31 @@ func (m *maekawa) grantBest(out *output) {
 	m.queue = slices.Delete(m.queue, 0, 1)
 	m.grantTo, m.grantTS = e.id, e.ts
 	m.send(Message{Kind: KindLocked, From: m.id, To: e.id, TS: e.ts}, out)
-	m.tell(-1, out)
+	m.tell(out)
 }
 
-// tell brings the waiting requesters and our grantee up to date, after the
-// request at index arrived (-1 if none did): every waiting request behind
+// tell brings the waiting requesters and our grantee up to date, after a
+// request arrived or the vote moved: every waiting request behind
 // a better one, granted or waiting, learns that it cannot win now (FAILED,
 // once), and the grantee is asked for the vote back (INQUIRE, once per
 // grant) when a better request waits. The FAILED rule covers a request
 // that was the best waiting one when it arrived, and so got no FAILED,
 // and then fell behind a better one: if it never learnt, it could keep a
 // vote elsewhere that the better request needs, while waiting for the
-// vote the better one has (TestMaekawaExhaustive, "displaced n=5"). The
-// mutant "failed-on-arrival" answers FAILED only to an arriving request,
-// and so deadlocks; the mutant "no-inquire" sends neither message.
-func (m *maekawa) tell(arrived int, out *output) {
+// vote the better one has. The variant maekawa-textbook-failed answers
+// FAILED only to an arriving request, and so deadlocks (four peers on the
+// grid sets); the variant maekawa-no-inquire sends neither message.
+func (m *maekawa) tell(out *output) {
 	for k := range m.queue {
-		if m.lateFail && k != arrived {
-			continue
-		}
 		e := &m.queue[k]
 		if !e.failed && (k > 0 || before(m.grantTS, m.grantTo, e.ts, e.id)) {
 			e.failed = true
-			if !m.noInquire {
-				m.send(Message{Kind: KindFailed, From: m.id, To: e.id, TS: e.ts}, out)
-			}
+			m.send(Message{Kind: KindFailed, From: m.id, To: e.id, TS: e.ts}, out)
 		}
 	}
 	if len(m.queue) > 0 && !m.inquired && before(m.queue[0].ts, m.queue[0].id, m.grantTS, m.grantTo) {
 		m.inquired = true
-		if !m.noInquire {
-			m.send(Message{Kind: KindInquire, From: m.id, To: m.grantTo, TS: m.grantTS}, out)
-		}
+		m.send(Message{Kind: KindInquire, From: m.id, To: m.grantTo, TS: m.grantTS}, out)
 	}
 }
 
@@ -299,7 +289,7 @@ func (m *maekawa) onLocked(k int, out *output) {
 }
 
 func (m *maekawa) onInquire(k int, out *output) {
-	if (m.votes[k] == voteLocked || m.eagerGive) && m.losing() {
+	if m.votes[k] == voteLocked && m.losing() {
 		m.yield(k, out)
 		return
 	}
@@ -364,4 +354,13 @@ func (m *maekawa) appendState(b []byte) []byte {
 		b = appendBool(b, e.failed)
 	}
 	return b
+}
+
+// idleViolation reports a vote that did not come home: once the cluster
+// is at rest, no voter may still vote for a request or queue one.
+func (m *maekawa) idleViolation() string {
+	if m.grantTo >= 0 || len(m.queue) > 0 {
+		return fmt.Sprintf("still votes for peer %d with %d waiting", m.grantTo, len(m.queue))
+	}
+	return ""
 }

@@ -100,11 +100,11 @@ func TestMaekawaHammerMutantChild(t *testing.T) {
 	// Whether a run of goroutines walks into the mutant's cycle is down to
 	// scheduling, so try fresh clusters until one deadlocks; an attempt
 	// that does not costs about 20ms. The model checker finds the same
-	// deadlock deterministically (TestModelCheckFindsMutants).
+	// deadlock deterministically (TestCheckVariants).
 	for attempt := range 20 {
 		for _, n := range []int{3, 7} {
 			ok := t.Run(fmt.Sprintf("attempt=%d/n=%d", attempt, n), func(t *testing.T) {
-				hammer(t, variant{alg: Maekawa, opts: []Option{withMutant("no-inquire")}}.cluster(t, n), 3, 200, 3*time.Second)
+				hammer(t, variant{alg: Maekawa, opts: []Option{withRuntimeVariant("maekawa-no-inquire")}}.cluster(t, n), 3, 200, 3*time.Second)
 			})
 			if !ok {
 				return // caught: the parent test reads the failure

@@ -10,9 +10,9 @@ import (
 // Machine-level tests of Maekawa: no goroutines, no transport, no sleeps.
 
 // newMK builds peer id's machine for the given voting sets.
-func newMK(t *testing.T, id int, sets [][]int, mutant string) *maekawa {
+func newMK(t *testing.T, id int, sets [][]int) *maekawa {
 	t.Helper()
-	cfg, err := newConfig(Maekawa, len(sets), forSimulation, []Option{WithVotingSets(sets), withMutant(mutant)})
+	cfg, err := newConfig(Maekawa, len(sets), forSimulation, []Option{WithVotingSets(sets)})
 	require.NoError(t, err)
 	m, err := cfg.newMachine(Maekawa, id, len(sets))
 	require.NoError(t, err)
@@ -45,11 +45,10 @@ func TestMaekawaSteps(t *testing.T) {
 	all3 := [][]int{{0, 1, 2}, {0, 1, 2}, {0, 1, 2}}
 	all4 := [][]int{{0, 1, 2, 3}, {0, 1, 2, 3}, {0, 1, 2, 3}, {0, 1, 2, 3}}
 	tests := []struct {
-		name   string
-		sets   [][]int
-		id     int
-		mutant string
-		steps  []mkStep
+		name  string
+		sets  [][]int
+		id    int
+		steps []mkStep
 	}{
 		{
 			name: "uncontended entry asks only the others, votes for itself locally",
@@ -201,20 +200,10 @@ func TestMaekawaSteps(t *testing.T) {
 				{ev: recv(KindRelease, 1, 0, 5), want: []Message{msg(KindLocked, 0, 2, 7)}},
 			},
 		},
-		{
-			name: "mutant no-inquire: voters only queue",
-			sets: all4, id: 0, mutant: "no-inquire",
-			steps: []mkStep{
-				{ev: recv(KindRequest, 1, 0, 5), want: []Message{msg(KindLocked, 0, 1, 5)}},
-				{ev: recv(KindRequest, 2, 0, 3)},
-				{ev: recv(KindRequest, 3, 0, 7)},
-				{ev: recv(KindRelease, 1, 0, 5), want: []Message{msg(KindLocked, 0, 2, 3)}},
-			},
-		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			m := newMK(t, tt.id, tt.sets, tt.mutant)
+			m := newMK(t, tt.id, tt.sets)
 			var out output
 			for i, s := range tt.steps {
 				out.reset()
@@ -241,7 +230,7 @@ func TestMaekawaSteps(t *testing.T) {
 // after the older request it lost to.
 func TestMaekawaClockPropagates(t *testing.T) {
 	sets := [][]int{{0, 1}, {0, 1}}
-	voter, req := newMK(t, 0, sets, ""), newMK(t, 1, sets, "")
+	voter, req := newMK(t, 0, sets), newMK(t, 1, sets)
 	var out output
 	voter.step(recv(KindRequest, 1, 0, 40), &out) // some old request raised 0's clock
 	voter.step(recv(KindRelease, 1, 0, 40), &out)
@@ -263,7 +252,7 @@ func TestMaekawaClockPropagates(t *testing.T) {
 
 func TestMaekawaCloneIsDeep(t *testing.T) {
 	sets := [][]int{{0, 1, 2}, {0, 1, 2}, {0, 1, 2}}
-	m := newMK(t, 0, sets, "")
+	m := newMK(t, 0, sets)
 	var out output
 	m.step(request(), &out)
 	m.step(recv(KindLocked, 1, 0, 1), &out)

@@ -22,8 +22,9 @@ type scope uint8
 const (
 	forCluster    scope = 1 << iota // New, NewRicartAgrawala, ...
 	forPeer                         // NewPeer
-	forSimulation                   // the simulator and model checker
-	forAll        = forCluster | forPeer | forSimulation
+	forSimulation                   // NewSimulation
+	forWorld                        // NewWorld and Check
+	forAll        = forCluster | forPeer | forSimulation | forWorld
 )
 
 func (s scope) String() string {
@@ -34,6 +35,8 @@ func (s scope) String() string {
 		return "NewPeer"
 	case forSimulation:
 		return "a simulation"
+	case forWorld:
+		return "a world"
 	}
 	return "this constructor"
 }
@@ -52,11 +55,10 @@ type config struct {
 
 	votingSets [][]int // Maekawa: WithVotingSets, checked; nil means VotingSets(n)
 
-	sim simConfig // NewSimulation only: seed, delivery policy, tracing
+	sim simConfig // NewSimulation and NewWorld only: seed, delivery policy, tracing
 
-	// mutant switches on a deliberately broken variant of the algorithm,
-	// for tests that show the checkers catch it. Empty in real use.
-	mutant string
+	requests int      // NewWorld only: WithRequests
+	variant  *Variant // WithVariant; nil for the real algorithm
 }
 
 // newConfig validates n and applies opts for a constructor of kind where.
@@ -85,9 +87,13 @@ func newConfig(alg Algorithm, n int, where scope, opts []Option) (*config, error
 	return cfg, nil
 }
 
-// newMachine builds peer id's machine.
+// newMachine builds peer id's machine, wrapped as the variant says.
 func (c *config) newMachine(alg Algorithm, id, n int) (machine, error) {
-	return algorithms[alg].build(id, n, c)
+	m, err := algorithms[alg].build(id, n, c)
+	if err != nil || c.variant == nil || c.variant.wrap == nil {
+		return m, err
+	}
+	return c.variant.wrap(m), nil
 }
 
 // WithImplicitReplies switches Ricart-Agrawala to its implicit-reply
@@ -101,14 +107,5 @@ func WithImplicitReplies() Option {
 		algs:  []Algorithm{RicartAgrawala},
 		where: forAll,
 		apply: func(c *config) error { c.implicitReplies = true; return nil },
-	}
-}
-
-// withMutant switches on a deliberately broken variant (test use only).
-func withMutant(name string) Option {
-	return Option{
-		name:  "withMutant",
-		where: forAll,
-		apply: func(c *config) error { c.mutant = name; return nil },
 	}
 }

@@ -40,7 +40,6 @@ func NewRicartAgrawala(n int, opts ...Option) (*Cluster, error) {
 type ricart struct {
 	id, n    int
 	implicit bool // WithImplicitReplies
-	tieReply bool // mutant "tie-reply": reply instead of deferring on a timestamp tie
 
 	clock    uint64 // Lamport clock: highest timestamp seen
 	state    raState
@@ -71,7 +70,6 @@ func newRicart(id, n int, cfg *config) (machine, error) {
 		id:       id,
 		n:        n,
 		implicit: cfg.implicitReplies,
-		tieReply: cfg.mutant == "tie-reply",
 		granted:  make([]bool, n),
 		deferred: make([]uint64, n),
 	}
@@ -122,9 +120,6 @@ func (r *ricart) onRequest(m Message, out *output) {
 		r.seen[j] = t
 	}
 	mine := r.state == raHeld || (r.state == raWanted && before(r.ts, r.id, t, j))
-	if r.tieReply && r.state == raWanted && r.ts == t {
-		mine = false
-	}
 	switch {
 	case mine:
 		// We go first: defer the reply to our release. With implicit

@@ -70,7 +70,7 @@ type simConfig struct {
 func WithSeed(seed int64) Option {
 	return Option{
 		name:  "WithSeed",
-		where: forSimulation,
+		where: forSimulation | forWorld,
 		apply: func(c *config) error { c.sim.seed = uint64(seed); return nil },
 	}
 }
@@ -80,7 +80,7 @@ func WithSeed(seed int64) Option {
 func WithDelivery(d Delivery) Option {
 	return Option{
 		name:  "WithDelivery",
-		where: forSimulation,
+		where: forSimulation | forWorld,
 		apply: func(c *config) error {
 			if d >= numDeliveries {
 				return fmt.Errorf("%w: WithDelivery(%d): unknown delivery policy", ErrInvalidConfig, uint8(d))
@@ -98,7 +98,7 @@ func WithDelivery(d Delivery) Option {
 func WithUnsafeDelivery() Option {
 	return Option{
 		name:  "WithUnsafeDelivery",
-		where: forSimulation,
+		where: forSimulation | forWorld,
 		apply: func(c *config) error { c.sim.unsafe = true; return nil },
 	}
 }
@@ -109,7 +109,7 @@ func WithUnsafeDelivery() Option {
 func WithoutTrace() Option {
 	return Option{
 		name:  "WithoutTrace",
-		where: forSimulation,
+		where: forSimulation | forWorld,
 		apply: func(c *config) error { c.sim.noTrace = true; return nil },
 	}
 }
@@ -193,25 +193,12 @@ func formatMessage(m Message, ends bool) string {
 	return s
 }
 
-// An envelope is a message in flight with its serial number.
-type envelope struct {
-	seq uint64
-	m   Message
-}
-
-// simPeer is the runtime status of one simulated peer, kept beside its
-// machine as a Peer keeps it beside its own.
-type simPeer struct {
-	pending   int  // Request calls queued locally, not yet given to the machine
-	requested bool // the machine has a request outstanding
-	inside    bool // in the critical section
-}
-
 // A Simulation runs n peers of one algorithm in a single goroutine, with
 // no clocks: it steps the same machines a Cluster runs, and delivers their
-// messages in an order chosen by its Delivery policy and seed. The same
-// configuration, seed and calls give the same run, event for event, so a
-// failing run replays exactly.
+// messages in an order chosen by its Delivery policy and seed. It is a
+// World and a seeded random scheduler over it. The same configuration,
+// seed and calls give the same run, event for event, so a failing run
+// replays exactly.
 //
 // Each peer that enters the critical section leaves it by a scheduling
 // step of its own, chosen like a delivery, so messages keep flowing while
@@ -219,11 +206,12 @@ type simPeer struct {
 // queued at that peer, as concurrent Lock calls on one Peer are, and
 // given to the machine when the peer leaves.
 //
-// After every step the simulation checks that at most one peer is inside,
-// that machines promising (timestamp, id) order enter in that order, and
-// that token algorithms have exactly one token, held or in flight. The
-// first violation is returned, wrapping ErrViolation, by that call and by
-// every later one.
+// After every step the simulation checks what a World checks: that at
+// most one peer is inside, that machines promising an order of entry
+// ((timestamp, id), or arrival at the coordinator) enter in that order,
+// and that token algorithms have exactly one token, held or in flight.
+// The first violation is returned, wrapping ErrViolation, by that call
+// and by every later one.
 //
 // Faults replay as deterministically as the rest: Crash, Partition, Heal
 // and DropNext mirror the methods of ChanNetwork, and WithLoss loses
@@ -233,120 +221,48 @@ type simPeer struct {
 // A Simulation is not safe for concurrent use. Its zero value is not
 // usable; call NewSimulation.
 type Simulation struct {
-	alg   Algorithm
-	n     int
-	cfg   *config
-	ms    []machine
-	out   output
-	rng   *rand.Rand
-	peers []simPeer
-
-	// The network. With DeliverFIFO, queues[from*n+to] holds each pair's
-	// messages, oldest first, and active lists the non-empty pairs
-	// (pos[pair] is a pair's index in active, or -1). Otherwise bag holds
-	// every message in flight.
-	queues [][]envelope
-	active []int
-	pos    []int
-	bag    []envelope
-
-	inside      []int // peers inside, in order of entry
-	step        int
-	seq         uint64 // serial number of the last message sent
-	outstanding int    // requests made and not yet completed by a leave
-	idle        int    // deliveries since the last entry or exit
-	err         error  // the first violation
-
-	tokens   bool // the machines implement tokenHolder
-	inFlight int  // token messages in flight
-
-	f simFaults // crashes, partitions and lost messages (simfaults.go)
-
-	ordered       bool // the machines implement timestamped
-	lastTS        uint64
-	lastID        int // -1 before the first entry
-	entries       uint64
-	sent          [numKinds]uint64
-	events        []Event
+	w             *World
+	rng           *rand.Rand
+	lockStep      bool
 	livelockLimit int
 }
 
 // NewSimulation builds a simulation of n peers running alg; nothing is
 // requested yet. Besides the algorithm's own options it takes WithSeed,
-// WithDelivery, WithUnsafeDelivery, WithoutTrace and WithLoss. An
-// algorithm that needs FIFO channels refuses DeliverReorder unless
-// WithUnsafeDelivery is also given. Invalid n or options give an error wrapping
-// ErrInvalidConfig.
+// WithDelivery, WithUnsafeDelivery, WithoutTrace, WithLoss and
+// WithVariant. An algorithm that needs FIFO channels refuses
+// DeliverReorder unless WithUnsafeDelivery is also given. Invalid n or
+// options give an error wrapping ErrInvalidConfig.
 func NewSimulation(alg Algorithm, n int, opts ...Option) (*Simulation, error) {
 	cfg, err := newConfig(alg, n, forSimulation, opts)
 	if err != nil {
 		return nil, err
 	}
-	if cfg.sim.delivery == DeliverReorder && alg.NeedsFIFO() && !cfg.sim.unsafe {
-		return nil, fmt.Errorf("%w: %v needs FIFO channels and delivery %v would reorder them (add WithUnsafeDelivery to insist)",
-			ErrInvalidConfig, alg, cfg.sim.delivery)
+	w, err := newWorld(cfg, nil)
+	if err != nil {
+		return nil, err
 	}
-	s := &Simulation{
-		alg:    alg,
-		n:      n,
-		cfg:    cfg,
-		rng:    rand.New(rand.NewPCG(cfg.sim.seed, 0x5eed)),
-		peers:  make([]simPeer, n),
-		lastID: -1,
+	return &Simulation{
+		w:        w,
+		rng:      rand.New(rand.NewPCG(cfg.sim.seed, 0x5eed)),
+		lockStep: cfg.sim.delivery == DeliverLockStep,
 		// Between two entries every peer may request once and every
 		// request be answered a few times over; far beyond that, the run
 		// is going round in circles.
 		livelockLimit: 100*n*n + 10000,
-	}
-	for i := range n {
-		m, err := cfg.newMachine(alg, i, n)
-		if err != nil {
-			return nil, err
-		}
-		s.ms = append(s.ms, m)
-	}
-	s.initFaults()
-	_, s.tokens = s.ms[0].(tokenHolder)
-	_, s.ordered = s.ms[0].(timestamped)
-	if cfg.sim.delivery == DeliverFIFO {
-		s.queues = make([][]envelope, n*n)
-		s.pos = make([]int, n*n)
-		for i := range s.pos {
-			s.pos[i] = -1
-		}
-	}
-	if err := s.checkTokens(); err != nil {
-		return nil, err
-	}
-	return s, nil
+	}, nil
 }
+
+// World returns the world the simulation runs. Changing it changes the
+// simulation; Clone it to explore from here without disturbing the run.
+func (s *Simulation) World() *World { return s.w }
 
 // Request has peer ask for the critical section now: its machine sends
 // its messages into the network, and nothing is delivered yet. If the
 // peer is already waiting or inside, the request is queued at the peer
-// and made when the peer leaves. A peer outside 0 to n-1 is an error.
-func (s *Simulation) Request(peer int) error {
-	if peer < 0 || peer >= s.n {
-		return fmt.Errorf("dmutex: request by peer %d out of range [0, %d)", peer, s.n)
-	}
-	if s.err != nil {
-		return s.err
-	}
-	if s.isCrashed(peer) {
-		return fmt.Errorf("dmutex: request by peer %d, which has crashed", peer)
-	}
-	s.outstanding++
-	p := &s.peers[peer]
-	if p.requested || p.inside {
-		p.pending++
-		return nil
-	}
-	s.ask(peer)
-	if s.err == nil {
-		s.err = s.checkTokens()
-	}
-	return s.err
-}
+// and made when the peer leaves. A peer outside 0 to n-1, or one that has
+// crashed, is an error wrapping ErrInvalidConfig.
+func (s *Simulation) Request(peer int) error { return s.w.Request(peer) }
 
 // Run takes steps until every request made so far has entered and left
 // the critical section and no message is left in flight. It returns an
@@ -364,7 +280,7 @@ func (s *Simulation) Run() error {
 		if err != nil || !more {
 			return err
 		}
-		if s.outstanding == 0 && s.idle > s.livelockLimit {
+		if s.w.outstanding == 0 && s.w.idle > s.livelockLimit {
 			return nil
 		}
 	}
@@ -378,286 +294,84 @@ func (s *Simulation) Run() error {
 // Step lets a test add requests between steps, for contention that comes
 // and goes.
 func (s *Simulation) Step() (bool, error) {
-	if s.err != nil {
-		return false, s.err
+	w := s.w
+	if w.err != nil {
+		return false, w.err
 	}
-	if s.cfg.sim.delivery == DeliverLockStep {
+	if s.lockStep {
 		return s.round()
 	}
 	var msgs int
-	if s.queues != nil {
-		msgs = len(s.active)
+	if w.queues != nil {
+		msgs = len(w.active)
 	} else {
-		msgs = len(s.bag)
+		msgs = len(w.bag)
 	}
-	total := msgs + len(s.inside)
+	total := msgs + len(w.inside)
 	if total == 0 {
-		return false, s.finalCheck()
+		return false, w.finalCheck()
 	}
-	s.step++
+	w.step++
 	k := s.rng.IntN(total)
 	switch {
 	case k >= msgs:
-		s.leave(s.inside[k-msgs])
-	case s.queues != nil:
-		s.deliver(s.popPair(s.active[k]))
+		w.leave(w.inside[k-msgs])
+	case w.queues != nil:
+		s.deliver(w.popPair(w.active[k]))
 	default:
-		e := s.bag[k]
-		last := len(s.bag) - 1
-		s.bag[k] = s.bag[last]
-		s.bag[last] = envelope{}
-		s.bag = s.bag[:last]
-		s.deliver(e)
+		s.deliver(w.takeBag(k))
 	}
-	if s.err == nil {
-		s.err = s.checkTokens()
+	if w.err == nil {
+		w.err = w.checkTokens()
 	}
-	return true, s.err
+	return true, w.err
 }
 
 // round is one step of DeliverLockStep.
 func (s *Simulation) round() (bool, error) {
-	if len(s.bag) == 0 && len(s.inside) == 0 {
-		return false, s.finalCheck()
+	w := s.w
+	if len(w.bag) == 0 && len(w.inside) == 0 {
+		return false, w.finalCheck()
 	}
-	s.step++
-	msgs := s.bag
-	s.bag = nil
-	leaving := slices.Clone(s.inside)
+	w.step++
+	msgs := w.bag
+	w.bag = nil
+	w.bagOwn = true
+	leaving := slices.Clone(w.inside)
 	for _, e := range msgs {
-		if s.err != nil {
+		if w.err != nil {
 			break
 		}
 		s.deliver(e)
-		if s.err == nil {
-			s.err = s.checkTokens()
+		if w.err == nil {
+			w.err = w.checkTokens()
 		}
 	}
 	for _, p := range leaving {
-		if s.err != nil {
+		if w.err != nil {
 			break
 		}
-		s.leave(p)
-		if s.err == nil {
-			s.err = s.checkTokens()
+		w.leave(p)
+		if w.err == nil {
+			w.err = w.checkTokens()
 		}
 	}
-	return true, s.err
+	return true, w.err
 }
 
-// finalCheck is called when nothing is left to deliver: any request still
-// outstanding can never be served.
-func (s *Simulation) finalCheck() error {
-	if s.outstanding == 0 {
-		return nil
+// deliver delivers e and watches for a livelock.
+func (s *Simulation) deliver(e envelope) {
+	w := s.w
+	w.deliver(e)
+	if w.err == nil && w.idle > s.livelockLimit && w.outstanding > 0 {
+		w.fail("livelock: %d deliveries without an entry or exit", w.idle)
 	}
-	waiting := s.Waiting()
-	if s.faulted() {
-		return s.blocked(waiting)
-	}
-	s.err = fmt.Errorf("%w: deadlock after step %d: peers %v wait and no message is in flight", ErrViolation, s.step, waiting)
-	return s.err
 }
 
 // Stats returns the simulation's counts so far, counted as a Cluster
 // counts them: every entry, and every message at the moment it is sent.
-func (s *Simulation) Stats() Stats {
-	st := Stats{Entries: s.entries}
-	for k, v := range s.sent {
-		if v != 0 {
-			if st.ByKind == nil {
-				st.ByKind = make(map[string]uint64)
-			}
-			st.ByKind[Kind(k).String()] = v
-			st.Messages += v
-		}
-	}
-	return st
-}
+func (s *Simulation) Stats() Stats { return s.w.Stats() }
 
 // Events returns what has happened so far, in order; nil under
 // WithoutTrace. The slice is the caller's.
-func (s *Simulation) Events() []Event {
-	if s.cfg.sim.noTrace {
-		return nil
-	}
-	return slices.Clone(s.events)
-}
-
-// ask gives one request to peer's machine.
-func (s *Simulation) ask(peer int) {
-	s.peers[peer].requested = true
-	s.record(Event{Kind: EventRequest, Peer: peer})
-	s.apply(peer, event{kind: evRequest})
-}
-
-// apply steps peer's machine with ev and puts its output into effect.
-func (s *Simulation) apply(peer int, ev event) {
-	s.out.reset()
-	s.ms[peer].step(ev, &s.out)
-	for _, m := range s.out.msgs {
-		s.send(peer, m)
-	}
-	if s.out.entered {
-		s.enter(peer, ev.kind)
-	}
-}
-
-func (s *Simulation) send(peer int, m Message) {
-	if m.From != peer || m.To < 0 || m.To >= s.n || m.To == peer || !m.Kind.Valid() {
-		s.fail("peer %d sent a malformed message: %s", peer, formatMessage(m, true))
-		return
-	}
-	s.sent[m.Kind]++
-	s.seq++
-	e := envelope{seq: s.seq, m: m}
-	if isTokenKind(m.Kind) {
-		s.inFlight++
-	}
-	if !s.cfg.sim.noTrace {
-		s.record(Event{Kind: EventSend, Peer: peer, Seq: e.seq, Msg: traced(m)})
-	}
-	if s.f.armed && s.lostOnSend(m) {
-		s.lose(e)
-		return
-	}
-	if s.queues == nil {
-		s.bag = append(s.bag, e)
-		return
-	}
-	pair := m.From*s.n + m.To
-	s.queues[pair] = append(s.queues[pair], e)
-	if s.pos[pair] < 0 {
-		s.pos[pair] = len(s.active)
-		s.active = append(s.active, pair)
-	}
-}
-
-// popPair removes and returns the oldest message of a non-empty pair.
-func (s *Simulation) popPair(pair int) envelope {
-	q := s.queues[pair]
-	e := q[0]
-	q[0] = envelope{}
-	if len(q) == 1 {
-		s.queues[pair] = q[:0]
-		i, last := s.pos[pair], len(s.active)-1
-		moved := s.active[last]
-		s.active[i] = moved
-		s.pos[moved] = i
-		s.active = s.active[:last]
-		s.pos[pair] = -1
-	} else {
-		s.queues[pair] = q[1:]
-	}
-	return e
-}
-
-func (s *Simulation) deliver(e envelope) {
-	if isTokenKind(e.m.Kind) {
-		s.inFlight--
-	}
-	to := e.m.To
-	if !s.cfg.sim.noTrace {
-		s.record(Event{Kind: EventReceive, Peer: to, Seq: e.seq, Msg: traced(e.m)})
-	}
-	s.idle++
-	s.apply(to, event{kind: evMessage, msg: e.m})
-	if s.err == nil && s.idle > s.livelockLimit && s.outstanding > 0 {
-		s.fail("livelock: %d deliveries without an entry or exit", s.idle)
-	}
-}
-
-func (s *Simulation) enter(peer int, cause eventKind) {
-	p := &s.peers[peer]
-	switch {
-	case cause == evRelease:
-		s.fail("peer %d entered on leaving", peer)
-		return
-	case p.inside:
-		s.fail("peer %d entered while already inside", peer)
-		return
-	case !p.requested:
-		s.fail("peer %d entered without a request", peer)
-		return
-	case len(s.inside) > 0:
-		s.fail("peer %d entered while peer %d was inside", peer, s.inside[0])
-		return
-	case len(s.f.deadInside) > 0:
-		s.fail("peer %d entered while peer %d, which crashed inside, never left", peer, s.f.deadInside[0])
-		return
-	}
-	if s.ordered {
-		ts := s.ms[peer].(timestamped).requestTS()
-		if s.lastID >= 0 && !before(s.lastTS, s.lastID, ts, peer) {
-			s.fail("peer %d entered with request (%d, %d) after the younger (%d, %d)", peer, ts, peer, s.lastTS, s.lastID)
-			return
-		}
-		s.lastTS, s.lastID = ts, peer
-	}
-	p.requested = false
-	p.inside = true
-	s.inside = append(s.inside, peer)
-	s.entries++
-	s.idle = 0
-	s.record(Event{Kind: EventEnter, Peer: peer})
-}
-
-func (s *Simulation) leave(peer int) {
-	s.inside = slices.DeleteFunc(s.inside, func(q int) bool { return q == peer })
-	p := &s.peers[peer]
-	p.inside = false
-	s.outstanding--
-	s.idle = 0
-	s.record(Event{Kind: EventLeave, Peer: peer})
-	s.apply(peer, event{kind: evRelease})
-	if s.err == nil && p.pending > 0 {
-		p.pending--
-		s.ask(peer)
-	}
-}
-
-// checkTokens checks that a token algorithm has exactly one token.
-func (s *Simulation) checkTokens() error {
-	if !s.tokens {
-		return nil
-	}
-	held := 0
-	for _, m := range s.ms {
-		if m.(tokenHolder).hasToken() {
-			held++
-		}
-	}
-	switch {
-	case s.f.lostTokens > 0 && held+s.inFlight+s.f.lostTokens != 1:
-		return fmt.Errorf("%w: step %d: %d tokens held, %d in flight and %d lost, want exactly one in all",
-			ErrViolation, s.step, held, s.inFlight, s.f.lostTokens)
-	case held+s.inFlight+s.f.lostTokens != 1:
-		return fmt.Errorf("%w: step %d: %d tokens held and %d in flight, want exactly one in all",
-			ErrViolation, s.step, held, s.inFlight)
-	}
-	return nil
-}
-
-func (s *Simulation) fail(format string, args ...any) {
-	if s.err == nil {
-		s.err = fmt.Errorf("%w: step %d: %s", ErrViolation, s.step, fmt.Sprintf(format, args...))
-	}
-}
-
-func (s *Simulation) record(e Event) {
-	if s.cfg.sim.noTrace {
-		return
-	}
-	e.Step = s.step
-	s.events = append(s.events, e)
-}
-
-// isTokenKind reports whether messages of kind k carry the token.
-func isTokenKind(k Kind) bool { return k == KindToken || k == KindPrivilege }
-
-// traced returns m with a private copy of its token, so that the record
-// keeps the token as it was sent.
-func traced(m Message) Message {
-	m.Token = m.Token.clone()
-	return m
-}
+func (s *Simulation) Events() []Event { return s.w.Events() }

@@ -66,10 +66,27 @@ func TestSimulationRequestOutOfRange(t *testing.T) {
 	require.NoError(t, err)
 	for _, p := range []int{-1, 3, 100} {
 		err := s.Request(p)
-		require.Error(t, err)
-		assert.Equal(t, fmt.Sprintf("dmutex: request by peer %d out of range [0, 3)", p), err.Error())
+		require.ErrorIs(t, err, ErrInvalidConfig)
+		assert.Equal(t, fmt.Sprintf("dmutex: invalid configuration: request by peer %d out of range [0, 3)", p), err.Error())
 	}
 	assert.Zero(t, s.Stats().Messages)
+}
+
+// TestSimulationDropNextNilMatch checks that a nil match loses the next
+// messages whatever they are, and that the run goes on (it used to panic
+// on the next send).
+func TestSimulationDropNextNilMatch(t *testing.T) {
+	s, err := NewSimulation(Centralized, 2)
+	require.NoError(t, err)
+	s.DropNext(1, nil)
+	s.DropNext(0, nil) // no rule
+	require.NoError(t, s.Request(1))
+	assert.Equal(t, uint64(1), s.Dropped(), "the request to the coordinator is lost")
+	require.ErrorIs(t, s.Run(), ErrBlocked)
+	assert.Equal(t, []int{1}, s.Waiting())
+	require.NoError(t, s.Request(0), "the next message is sent")
+	require.ErrorIs(t, s.Run(), ErrBlocked)
+	assert.Equal(t, uint64(1), s.Dropped())
 }
 
 func TestDeliveryString(t *testing.T) {
@@ -421,9 +438,7 @@ func TestSimulationDetectsViolations(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			s := simulation(t, variant{alg: Centralized}, 2)
-			for i := range s.ms {
-				s.ms[i] = &fakeMachine{never: tt.never}
-			}
+			s.w.replaceMachines(func(i, _ int) machine { return &fakeMachine{never: tt.never} })
 			err := s.Request(0)
 			if err == nil {
 				err = s.Request(1)
@@ -448,7 +463,7 @@ func TestSimulationFindsMutants(t *testing.T) {
 		opts    []Option
 		wantMsg string
 	}{
-		{"ricart-agrawala/tie-reply", RicartAgrawala, []Option{withMutant("tie-reply")}, "was inside"},
+		{"ricart-agrawala/tie-reply", RicartAgrawala, []Option{WithVariant("ricart-agrawala-tie-reply")}, "was inside"},
 		{"lamport/reorder", Lamport, []Option{WithDelivery(DeliverReorder), WithUnsafeDelivery()}, "was inside"},
 	}
 	for _, tt := range tests {
@@ -548,9 +563,7 @@ func (c *circler) appendState(b []byte) []byte { return b }
 // request is served even if messages never stop.
 func TestSimulationRunEndsOnIdleTraffic(t *testing.T) {
 	s := simulation(t, variant{alg: Centralized}, 3, WithoutTrace())
-	for i := range s.ms {
-		s.ms[i] = &circler{id: i, n: 3}
-	}
+	s.w.replaceMachines(func(i, _ int) machine { return &circler{id: i, n: 3} })
 	require.NoError(t, s.Request(0))
 	require.NoError(t, s.Run())
 	assert.Equal(t, uint64(1), s.Stats().Entries)

@@ -17,7 +17,7 @@ import (
 func enterThenCrash(t *testing.T, s *Simulation, peer int) {
 	t.Helper()
 	require.NoError(t, s.Request(peer))
-	for !s.peers[peer].inside {
+	for !s.w.peers[peer].inside {
 		more, err := s.Step()
 		require.NoError(t, err)
 		require.True(t, more, "peer %d never entered", peer)
@@ -294,9 +294,7 @@ func TestSimulationPartitionInFlight(t *testing.T) {
 // holder does not count as a lost token.
 func TestSimulationCrashInsideHoldsForever(t *testing.T) {
 	s := simulation(t, variant{alg: Centralized}, 2)
-	for i := range s.ms {
-		s.ms[i] = &fakeMachine{} // enters on every request, no questions asked
-	}
+	s.w.replaceMachines(func(i, _ int) machine { return &fakeMachine{} })
 	require.NoError(t, s.Request(0))
 	require.NoError(t, s.Crash(0))
 	more, err := s.Step()
@@ -319,9 +317,7 @@ func TestSimulationCrashInsideHoldsForever(t *testing.T) {
 // a partition that lost nothing, is still a violation.
 func TestSimulationDeadlockWithoutFaultIsAViolation(t *testing.T) {
 	s := simulation(t, variant{alg: Centralized}, 2)
-	for i := range s.ms {
-		s.ms[i] = &fakeMachine{never: true}
-	}
+	s.w.replaceMachines(func(i, _ int) machine { return &fakeMachine{never: true} })
 	require.NoError(t, s.Partition([]int{0}, []int{1}))
 	require.NoError(t, s.Request(0))
 	err := s.Run()

@@ -14,12 +14,15 @@ var errNoTrace = errors.New("dmutex: simulation has no trace (built WithoutTrace
 // the form of Event.String: the step, the peer, what it did and, for
 // messages, the serial number, kind, ends and timestamps. Two runs with
 // the same configuration, seed and calls write the same bytes.
-func (s *Simulation) WriteLog(w io.Writer) error {
-	if s.cfg.sim.noTrace {
+func (s *Simulation) WriteLog(w io.Writer) error { return s.w.WriteLog(w) }
+
+// WriteLog writes the events so far as Simulation.WriteLog does.
+func (wd *World) WriteLog(w io.Writer) error {
+	if !wd.trace {
 		return errNoTrace
 	}
 	bw := bufio.NewWriter(w)
-	for _, e := range s.events {
+	for _, e := range wd.events {
 		bw.WriteString(e.String())
 		bw.WriteByte('\n')
 	}
@@ -33,16 +36,19 @@ func (s *Simulation) WriteLog(w io.Writer) error {
 // lost message is a crossed arrow (P0-xP1) drawn when it is lost, and
 // crashes, partitions and heals are notes. Messages still in flight have
 // no arrow yet.
-func (s *Simulation) WriteMermaid(w io.Writer) error {
-	if s.cfg.sim.noTrace {
+func (s *Simulation) WriteMermaid(w io.Writer) error { return s.w.WriteMermaid(w) }
+
+// WriteMermaid writes the events so far as Simulation.WriteMermaid does.
+func (wd *World) WriteMermaid(w io.Writer) error {
+	if !wd.trace {
 		return errNoTrace
 	}
 	bw := bufio.NewWriter(w)
 	bw.WriteString("sequenceDiagram\n")
-	for i := range s.n {
+	for i := range wd.n {
 		fmt.Fprintf(bw, "    participant P%d\n", i)
 	}
-	for _, e := range s.events {
+	for _, e := range wd.events {
 		switch e.Kind {
 		case EventRequest:
 			fmt.Fprintf(bw, "    Note over P%d: wants in\n", e.Peer)
@@ -57,18 +63,18 @@ func (s *Simulation) WriteMermaid(w io.Writer) error {
 		case EventCrash:
 			fmt.Fprintf(bw, "    Note over P%d: crashes\n", e.Peer)
 		case EventPartition:
-			fmt.Fprintf(bw, "    Note over %s: partition %v\n", s.everyone(), e.Groups)
+			fmt.Fprintf(bw, "    Note over %s: partition %v\n", wd.everyone(), e.Groups)
 		case EventHeal:
-			fmt.Fprintf(bw, "    Note over %s: heal\n", s.everyone())
+			fmt.Fprintf(bw, "    Note over %s: heal\n", wd.everyone())
 		}
 	}
 	return bw.Flush()
 }
 
 // everyone is the Mermaid span of a note over every participant.
-func (s *Simulation) everyone() string {
-	if s.n == 1 {
+func (wd *World) everyone() string {
+	if wd.n == 1 {
 		return "P0"
 	}
-	return fmt.Sprintf("P0,P%d", s.n-1)
+	return fmt.Sprintf("P0,P%d", wd.n-1)
 }

@@ -48,10 +48,6 @@ func NewSuzukiKasami(n int, opts ...Option) (*Cluster, error) {
 type suzukiKasami struct {
 	id, n int
 
-	// outdated is the test mutant "outdated-token": an idle holder sends
-	// the token for any request, even one already satisfied.
-	outdated bool
-
 	rn      []uint64 // rn[j]: highest request number seen from peer j
 	token   *Token   // the token while this peer holds it, else nil
 	wanting bool     // our request is out and the token has not come yet
@@ -62,10 +58,9 @@ type suzukiKasami struct {
 
 func newSuzukiKasami(id, n int, cfg *config) (machine, error) {
 	s := &suzukiKasami{
-		id:       id,
-		n:        n,
-		outdated: cfg.mutant == "outdated-token",
-		rn:       make([]uint64, n),
+		id: id,
+		n:  n,
+		rn: make([]uint64, n),
 	}
 	if id == 0 {
 		s.token = &Token{LN: make([]uint64, n)}
@@ -107,14 +102,14 @@ func (s *suzukiKasami) onRequest(j int, num uint64, out *output) {
 		return
 	}
 	// An outdated request (num <= LN[j]) leaves rn[j] == LN[j], so this
-	// test refuses it; the mutant skips the test.
-	if s.outdated || s.rn[j] == s.token.LN[j]+1 {
+	// test refuses it; the variant suzuki-kasami-outdated-token skips it.
+	if s.rn[j] == s.token.LN[j]+1 {
 		s.sendToken(j, out)
 	}
 }
 
 // onToken takes the token and enters if this peer is waiting for it. A
-// token that nobody here asked for (only the mutant sends one) stays here
+// token that nobody here asked for (only a variant sends one) stays here
 // idle until a request comes.
 func (s *suzukiKasami) onToken(m Message, out *output) {
 	if !s.validToken(m.Token) {

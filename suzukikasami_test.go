@@ -92,18 +92,6 @@ func TestSuzukiKasamiStep(t *testing.T) {
 			},
 		},
 		{
-			name: "mutant outdated-token moves the token for an outdated request",
-			id:   0, n: 3,
-			opts:  []Option{withMutant("outdated-token")},
-			setup: func(s *suzukiKasami) { s.token.LN[1] = 4; s.rn[1] = 4 },
-			ev:    skRequest(1, 3),
-			expect: func(t *testing.T, s *suzukiKasami, out *output) {
-				require.Len(t, out.msgs, 1)
-				assert.Equal(t, KindToken, out.msgs[0].Kind)
-				assert.False(t, s.hasToken())
-			},
-		},
-		{
 			name: "holder inside keeps the token and records the request",
 			id:   0, n: 3,
 			setup: func(s *suzukiKasami) { s.inside = true },
@@ -232,7 +220,7 @@ func TestSuzukiKasamiCloneAndState(t *testing.T) {
 func TestSuzukiKasamiMutantIsCaught(t *testing.T) {
 	caught := 0
 	for seed := range uint64(300) {
-		nw := newTokNet(t, SuzukiKasami, 3, withMutant("outdated-token"))
+		nw := newTokNet(t, SuzukiKasami, 3, WithVariant("suzuki-kasami-outdated-token"))
 		if nw.runRandom(rand.New(rand.NewPCG(seed, 1)), false, 4) != nil {
 			caught++
 		}

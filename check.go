@@ -1,0 +1,658 @@
+package dmutex
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/maphash"
+	"runtime/debug"
+	"slices"
+	"strings"
+	"time"
+)
+
+// A Network is the checker's model of the network.
+type Network uint8
+
+// The network models. The zero Network is the default: FIFO, unless a
+// variant says otherwise.
+const (
+	NetworkDefault   Network = iota
+	NetworkFIFO              // a FIFO queue per ordered pair of peers
+	NetworkUnordered         // an unordered multiset of messages in flight
+)
+
+// String returns "fifo", "unordered" or "default".
+func (k Network) String() string {
+	switch k {
+	case NetworkFIFO:
+		return "fifo"
+	case NetworkUnordered:
+		return "unordered"
+	case NetworkDefault:
+		return "default"
+	}
+	return fmt.Sprintf("Network(%d)", uint8(k))
+}
+
+// ParseNetwork returns the Network named s: "fifo" or "unordered".
+func ParseNetwork(s string) (Network, error) {
+	switch strings.ToLower(strings.TrimSpace(s)) {
+	case "fifo":
+		return NetworkFIFO, nil
+	case "unordered", "bag", "reorder":
+		return NetworkUnordered, nil
+	}
+	return 0, fmt.Errorf("%w: unknown network %q (want fifo or unordered)", ErrInvalidConfig, s)
+}
+
+// AnyPeer in CheckFaults.CrashPeer lets any peer crash.
+const AnyPeer = -1
+
+// CheckFaults are the faults Check may inject, each at most once, at any
+// point of any run.
+type CheckFaults struct {
+	Crash     bool // one peer may crash
+	CrashPeer int  // with Crash: the peer that may crash, or AnyPeer
+	Lose      bool // one message in flight may be lost
+	LoseKind  Kind // with Lose: the kind of message that may be lost; 0 for any
+}
+
+func (f CheckFaults) String() string {
+	var parts []string
+	if f.Crash {
+		if f.CrashPeer == AnyPeer {
+			parts = append(parts, "crash any")
+		} else {
+			parts = append(parts, fmt.Sprintf("crash P%d", f.CrashPeer))
+		}
+	}
+	if f.Lose {
+		if f.LoseKind == 0 {
+			parts = append(parts, "lose any")
+		} else {
+			parts = append(parts, "lose "+f.LoseKind.String())
+		}
+	}
+	return strings.Join(parts, ", ")
+}
+
+// DefaultMaxStates is the number of states after which Check stops when
+// CheckConfig.MaxStates is zero, so that a machine whose state grows
+// without bound gets an answer (complete false) instead of eating the
+// machine's memory: about 1.5 GB of graph and worlds at most.
+const DefaultMaxStates = 4_000_000
+
+// A CheckConfig says what Check explores.
+type CheckConfig struct {
+	Algorithm Algorithm
+	Variant   string // a name from Variants; it sets Algorithm and the defaults below
+	N         int    // peers; 0 means the variant's, else 3
+	Requests  int    // requests per peer; 0 means the variant's, else 1
+	Network   Network
+	Options   []Option    // the algorithm's options, such as WithVotingSets
+	Faults    CheckFaults // zero: no faults (or the variant's)
+
+	// MaxStates stops the search after that many states, with Complete
+	// false; 0 means DefaultMaxStates, and a negative value no limit.
+	MaxStates int
+
+	// SafetyOnly skips the graph that liveness and bounded waiting need:
+	// about 40 bytes per state instead of about 150, for the biggest
+	// spaces. The search is then depth first, so a counterexample is not
+	// always a shortest one, and StarvationFree and MaxOvertakes are not
+	// computed (Liveness is false).
+	SafetyOnly bool
+
+	// StopAtDeadlock ends the search at the first deadlock, as it always
+	// ends at the first safety violation; the result is then incomplete.
+	StopAtDeadlock bool
+
+	// Progress, if set, is called about once a second during a long
+	// search.
+	Progress func(CheckProgress)
+
+	build func(id, n int) machine // tests: replaces the machines
+}
+
+// CheckProgress is what a long Check reports as it goes.
+type CheckProgress struct {
+	States      int
+	Transitions int
+	Elapsed     time.Duration
+}
+
+// A CheckResult is what Check found. Its JSON form has the keys named in
+// the tags; maxOvertakes is null when it is unbounded or not computed.
+type CheckResult struct {
+	Algorithm   string  `json:"algorithm"`
+	Variant     string  `json:"variant,omitempty"`
+	N           int     `json:"n"`
+	Requests    int     `json:"requests"`
+	Network     string  `json:"network"`
+	Faults      string  `json:"faults,omitempty"`
+	States      int     `json:"states"`
+	Transitions int     `json:"transitions"`
+	Seconds     float64 `json:"seconds"`
+	Complete    bool    `json:"complete"` // false if the state limit stopped the search
+
+	// Safe: no two peers inside at once, entries in the promised order,
+	// exactly one token, no malformed message, and the promises a machine
+	// makes for a cluster at rest; over every explored state.
+	Safe bool `json:"safe"`
+	// DeadlockFree: no state with nothing left to do and a request
+	// unserved, except after a fault (those are counted in Blocked).
+	DeadlockFree bool `json:"deadlockFree"`
+	// StarvationFree: deadlock free, and no fair cycle (see Check) in
+	// which a request stays unserved, over the states before any fault.
+	StarvationFree bool `json:"starvationFree"`
+	// MaxOvertakes is the most entries by other peers while one request
+	// waits, over every explored path; -1 when unbounded or not computed.
+	MaxOvertakes int `json:"maxOvertakes"`
+	// Liveness says whether StarvationFree and MaxOvertakes were
+	// computed: the search completed, found no safety violation, and was
+	// not SafetyOnly.
+	Liveness bool `json:"liveness"`
+	// Blocked counts the states with nothing left to do, after a fault,
+	// in which a surviving peer waits for ever.
+	Blocked int `json:"blocked"`
+
+	Violation *Violation `json:"violation"`
+}
+
+// MarshalJSON writes maxOvertakes as null when it is -1.
+func (r CheckResult) MarshalJSON() ([]byte, error) {
+	type plain CheckResult
+	out := struct {
+		plain
+		MaxOvertakes *int `json:"maxOvertakes"`
+	}{plain: plain(r)}
+	if r.MaxOvertakes >= 0 {
+		out.MaxOvertakes = &r.MaxOvertakes
+	}
+	return json.Marshal(out)
+}
+
+// A Violation is a counterexample: the steps from the start to a broken
+// promise. For a starvation it is a lasso: the steps from CycleStart on
+// repeat for ever, a fair run in which a request is never served.
+type Violation struct {
+	Property    string   `json:"property"` // "safety", "deadlock" or "starvation"
+	Message     string   `json:"message"`
+	Trace       []string `json:"trace"`                // one line per step
+	Transitions []string `json:"transitions"`          // the steps' transition IDs, for World.Find
+	CycleStart  int      `json:"cycleStart,omitempty"` // starvation: index in Trace where the cycle begins
+	Mermaid     string   `json:"mermaid"`
+
+	cfg *config
+	run *checker
+}
+
+// Replay returns a world with a trace, after the violation's steps but
+// the last one that broke a promise (for a safety violation, that step is
+// the world's next Transition with ID Transitions[len-1]).
+func (v *Violation) Replay() (*World, error) {
+	w, err := v.run.startWorld(true)
+	if err != nil {
+		return nil, err
+	}
+	ids := v.Transitions
+	if v.Property == "safety" && len(ids) > 0 {
+		ids = ids[:len(ids)-1]
+	}
+	for _, id := range ids {
+		t, ok := w.Find(id)
+		if !ok {
+			return nil, fmt.Errorf("dmutex: replay: transition %s not enabled", id)
+		}
+		if _, err := w.Apply(t); err != nil {
+			return w, err
+		}
+	}
+	return w, nil
+}
+
+// Check explores every state reachable from the start of cfg's cluster,
+// taking every enabled transition in every state: each peer's requests
+// (Requests of them, whenever it is idle), each delivery, each leave, and
+// the faults of cfg.Faults. It checks safety in every state and deadlock
+// in every state with nothing left to do, breadth first, so that a
+// counterexample is a shortest one. Two states are the same when they
+// encode the same (serial numbers of messages left out); 128-bit hashes
+// of the encodings are stored (hash compaction: a collision could hide
+// states, never report a false violation, and has a chance of about
+// s²/2^129 for s states).
+//
+// Once the search completes without a safety violation, it checks
+// starvation-freedom under weak fairness: every message in flight is
+// eventually delivered (per pair with FIFO queues; each distinct message
+// in an unordered network), and a peer inside eventually leaves, while
+// requests and faults are the environment's free choice. For each peer p,
+// it takes the states where p waits (before any fault), finds their
+// strongly connected components, and reports a starvation when a
+// component holds a cycle and every delivery or leave enabled in all its
+// states is taken by some step inside it: a fair run that stays there for
+// ever leaves p waiting. It also computes MaxOvertakes: the longest path
+// through the states where p waits, counting the entries of other peers.
+//
+// Check returns an error wrapping ErrInvalidConfig for a bad
+// configuration, and ctx.Err() if ctx ends first.
+func Check(ctx context.Context, cfg CheckConfig) (CheckResult, error) {
+	c, err := newChecker(cfg)
+	if err != nil {
+		return CheckResult{}, err
+	}
+	if err := c.explore(ctx); err != nil {
+		return CheckResult{}, err
+	}
+	c.liveness()
+	return c.res, nil
+}
+
+// checker is one run of Check.
+type checker struct {
+	cc    CheckConfig
+	cfg   *config
+	res   CheckResult
+	seeds [2]maphash.Seed
+	fps   map[[2]uint64]int32
+	buf   []byte
+	sbuf  []byte
+	mbufs [][]byte
+	start time.Time
+
+	graph bool
+	// Per state, in order of discovery (which is the order of expansion,
+	// breadth first): parent[s] is the state it was found from (-1 for
+	// the start). With the graph: off[s] is where s's edges begin in to,
+	// cls and ent, and info[s] what holds there.
+	parent []int32
+	off    []int32
+	to     []int32
+	cls    []int32 // fairness class of the edge, -1 for none
+	ent    []int8  // peer that entered on the edge, -1 for none
+	info   []stateInfo
+
+	classes map[string]int32 // unordered network: message encoding to class
+
+	firstDeadlock int32 // a deadlocked state, -1 for none
+}
+
+// stateInfo is what holds in one explored state.
+type stateInfo struct {
+	wait    uint64 // peers waiting (request out, not inside), if no fault has struck
+	crashed uint64 // peers crashed
+	flags   uint8
+}
+
+// stateInfo flags.
+const (
+	stFaulted uint8 = 1 << iota // a fault has struck
+	stQuiet                     // nothing left to do
+	stBlocked                   // quiet, after a fault, with a surviving peer waiting
+)
+
+func newChecker(cc CheckConfig) (*checker, error) {
+	var v *Variant
+	if cc.Variant != "" {
+		var err error
+		if v, err = LookupVariant(cc.Variant); err != nil {
+			return nil, err
+		}
+		cc.Algorithm = v.Algorithm
+		if cc.N == 0 {
+			cc.N = v.N
+		}
+		if cc.Requests == 0 {
+			cc.Requests = v.Requests
+		}
+		if cc.Network == NetworkDefault {
+			cc.Network = v.Network
+		}
+		if cc.Faults == (CheckFaults{}) {
+			cc.Faults = v.Faults
+		}
+		cc.Options = append(slices.Clip(v.Options), cc.Options...)
+	}
+	if cc.N == 0 {
+		cc.N = 3
+	}
+	if cc.Requests == 0 {
+		cc.Requests = 1
+	}
+	if cc.Network == NetworkDefault {
+		cc.Network = NetworkFIFO
+	}
+	if cc.Requests < 0 {
+		return nil, fmt.Errorf("%w: %d requests per peer, want 1 or more", ErrInvalidConfig, cc.Requests)
+	}
+	if cc.Network > NetworkUnordered {
+		return nil, fmt.Errorf("%w: unknown network %v", ErrInvalidConfig, cc.Network)
+	}
+	if f := cc.Faults; f.Crash && (f.CrashPeer < AnyPeer || f.CrashPeer >= cc.N) {
+		return nil, fmt.Errorf("%w: crash of peer %d out of range [0, %d)", ErrInvalidConfig, f.CrashPeer, cc.N)
+	}
+	if f := cc.Faults; f.Lose && f.LoseKind != 0 && !f.LoseKind.Valid() {
+		return nil, fmt.Errorf("%w: lose messages of unknown kind %v", ErrInvalidConfig, f.LoseKind)
+	}
+	opts := slices.Clone(cc.Options)
+	if v != nil {
+		opts = append(opts, WithVariant(v.Name))
+	}
+	opts = append(opts, WithRequests(cc.Requests), WithoutTrace())
+	if cc.Network == NetworkUnordered {
+		// The checker is where one sees why an algorithm needs FIFO.
+		opts = append(opts, WithDelivery(DeliverReorder), WithUnsafeDelivery())
+	}
+	cfg, err := newConfig(cc.Algorithm, cc.N, forWorld, opts)
+	if err != nil {
+		return nil, err
+	}
+	c := &checker{
+		cc:            cc,
+		cfg:           cfg,
+		seeds:         [2]maphash.Seed{maphash.MakeSeed(), maphash.MakeSeed()},
+		fps:           make(map[[2]uint64]int32),
+		graph:         !cc.SafetyOnly && cc.N <= 64,
+		firstDeadlock: -1,
+	}
+	c.res = CheckResult{
+		Algorithm:    cc.Algorithm.String(),
+		Variant:      cc.Variant,
+		N:            cc.N,
+		Requests:     cc.Requests,
+		Network:      cc.Network.String(),
+		Faults:       cc.Faults.String(),
+		MaxOvertakes: -1,
+	}
+	if cc.Network == NetworkUnordered {
+		c.classes = make(map[string]int32)
+	}
+	return c, nil
+}
+
+// startWorld builds the world at the start, with a trace if asked.
+func (c *checker) startWorld(trace bool) (*World, error) {
+	cfg := *c.cfg
+	cfg.sim.noTrace = !trace
+	w, err := newWorld(&cfg, c.cc.build)
+	if err != nil {
+		return nil, err
+	}
+	if f := c.cc.Faults; f.Crash {
+		w.f.crashLeft, w.f.crashWho = 1, f.CrashPeer
+	}
+	if f := c.cc.Faults; f.Lose {
+		w.f.loseLeft, w.f.loseKind = 1, f.LoseKind
+	}
+	return w, nil
+}
+
+// fingerprint returns the 128-bit hash of w's encoding.
+func (c *checker) fingerprint(w *World) [2]uint64 {
+	c.buf = w.appendState(c.buf[:0], &c.mbufs, &c.sbuf)
+	return [2]uint64{maphash.Bytes(c.seeds[0], c.buf), maphash.Bytes(c.seeds[1], c.buf)}
+}
+
+// classOf is the fairness class of transition t in w: "peer q leaves",
+// "deliver on pair i->j" (FIFO) or "deliver this message" (unordered);
+// -1 for the environment's choices.
+func (c *checker) classOf(t Transition) int32 {
+	n := int32(c.cc.N)
+	switch t.Kind {
+	case TransLeave:
+		return int32(t.Peer)
+	case TransDeliver:
+		if c.classes == nil {
+			return n + int32(t.Msg.From*c.cc.N+t.Msg.To)
+		}
+		c.buf = appendMessage(c.buf[:0], t.Msg)
+		k, ok := c.classes[string(c.buf)]
+		if !ok {
+			k = n + int32(len(c.classes))
+			c.classes[string(c.buf)] = k
+		}
+		return k
+	}
+	return -1
+}
+
+// explore runs the search. It stops at the first safety violation, and
+// records the first deadlock (a shortest one) but goes on.
+func (c *checker) explore(ctx context.Context) error {
+	c.start = time.Now()
+	// The search allocates a world per transition and keeps a fraction:
+	// collecting less often roughly halves its time.
+	defer debug.SetGCPercent(debug.SetGCPercent(400))
+	w, err := c.startWorld(false)
+	if err != nil {
+		if errors.Is(err, ErrViolation) {
+			c.res.Violation = &Violation{Property: "safety", Message: err.Error(), cfg: c.cfg, run: c}
+			c.finish(false)
+			return nil
+		}
+		return err
+	}
+	limit := c.cc.MaxStates
+	if limit == 0 {
+		limit = DefaultMaxStates
+	}
+	c.fps[c.fingerprint(w)] = 0
+	c.parent = append(c.parent, -1)
+	c.res.States = 1
+	work := []*World{w}
+	ids := []int32{0}
+	head := 0
+	var trs []Transition
+	lastReport := c.start
+	complete := true
+	expanded := 0
+	for head < len(work) {
+		var cur *World
+		var id int32
+		if c.graph {
+			cur, id = work[head], ids[head]
+			work[head] = nil
+			head++
+		} else {
+			last := len(work) - 1
+			cur, id = work[last], ids[last]
+			work[last] = nil
+			work, ids = work[:last], ids[:last]
+		}
+		expanded++
+		if expanded&4095 == 0 {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			if c.cc.Progress != nil && time.Since(lastReport) > time.Second {
+				lastReport = time.Now()
+				c.cc.Progress(CheckProgress{States: c.res.States, Transitions: c.res.Transitions, Elapsed: time.Since(c.start)})
+			}
+		}
+		info := stateInfo{}
+		for p := range c.cc.N {
+			if cur.isCrashed(p) {
+				info.crashed |= 1 << uint(p%64)
+			}
+		}
+		if cur.faulted() {
+			info.flags |= stFaulted
+		} else {
+			for p, s := range cur.peers {
+				if s.requested && !cur.isCrashed(p) {
+					info.wait |= 1 << uint(p%64)
+				}
+			}
+		}
+		if c.graph {
+			c.off = append(c.off, int32(len(c.to)))
+		}
+		trs = cur.appendTransitions(trs[:0], true)
+		if cur.quiet() {
+			info.flags |= stQuiet
+			err := cur.finalCheck()
+			cur.err = nil // the faults may still strike
+			if err != nil {
+				switch {
+				case errors.Is(err, ErrBlocked):
+					info.flags |= stBlocked
+					c.res.Blocked++
+				case strings.Contains(err.Error(), ": deadlock after step"):
+					if c.firstDeadlock < 0 {
+						c.firstDeadlock = id
+					}
+					if c.cc.StopAtDeadlock {
+						head, work = len(work), work[:0]
+						complete = false
+						continue
+					}
+				default: // a promise for a cluster at rest
+					c.safetyViolation(id, Transition{}, err)
+					return nil
+				}
+			}
+		}
+		if c.graph {
+			c.info = append(c.info, info)
+		}
+		for _, t := range trs {
+			c.res.Transitions++
+			next := cur.Clone()
+			st, err := next.apply(t)
+			if err != nil {
+				c.safetyViolation(id, t, err)
+				return nil
+			}
+			fp := c.fingerprint(next)
+			to, seen := c.fps[fp]
+			if !seen {
+				if limit > 0 && c.res.States >= limit {
+					complete = false
+					continue
+				}
+				to = int32(c.res.States)
+				c.fps[fp] = to
+				c.parent = append(c.parent, id)
+				c.res.States++
+				work = append(work, next)
+				ids = append(ids, to)
+			}
+			if c.graph {
+				c.to = append(c.to, to)
+				c.cls = append(c.cls, c.classOf(t))
+				c.ent = append(c.ent, int8(st.Entered))
+			}
+		}
+		if c.graph && head > 4096 && head*2 > len(work) {
+			n := copy(work, work[head:]) // drop the explored prefix
+			clear(work[n:])
+			work = work[:n]
+			ids = ids[:copy(ids, ids[head:])]
+			head = 0
+		}
+	}
+	if c.graph {
+		c.off = append(c.off, int32(len(c.to)))
+	}
+	c.finish(complete)
+	if c.firstDeadlock >= 0 {
+		c.res.DeadlockFree = false
+		c.res.StarvationFree = false
+		c.res.Violation = c.violation("deadlock", c.pathTo(c.firstDeadlock), -1, Transition{}, "")
+	}
+	return nil
+}
+
+// finish fills in the result after a search without safety violation.
+func (c *checker) finish(complete bool) {
+	c.res.Seconds = time.Since(c.start).Seconds()
+	c.res.Complete = complete
+	c.res.Safe = c.res.Violation == nil
+	c.res.DeadlockFree = c.res.Safe
+	c.res.StarvationFree = c.res.Safe
+}
+
+// safetyViolation records that transition t from state id broke a
+// promise (t is zero for a promise broken at rest).
+func (c *checker) safetyViolation(id int32, t Transition, err error) {
+	c.res.Seconds = time.Since(c.start).Seconds()
+	c.res.Complete = false
+	c.res.Violation = c.violation("safety", c.pathTo(id), -1, t, err.Error())
+}
+
+// pathTo returns the states from the start to id.
+func (c *checker) pathTo(id int32) []int32 {
+	var path []int32
+	for s := id; s >= 0; s = c.parent[s] {
+		path = append(path, s)
+	}
+	slices.Reverse(path)
+	return path
+}
+
+// violation builds the counterexample that visits the states of path in
+// order, repeats from path[cycle] on if cycle >= 0, and then takes last
+// if it is not zero. msg is the broken promise, or "" to take the final
+// check's.
+func (c *checker) violation(prop string, path []int32, cycle int, last Transition, msg string) *Violation {
+	v := &Violation{Property: prop, cfg: c.cfg, run: c, CycleStart: -1}
+	w, err := c.startWorld(true)
+	if err != nil {
+		v.Message = err.Error()
+		return v
+	}
+	for i := 1; i < len(path); i++ {
+		if i == cycle {
+			v.CycleStart = len(v.Trace)
+		}
+		var found bool
+		for _, t := range w.appendTransitions(nil, true) {
+			next := w.Clone()
+			next.trace = false
+			if _, err := next.apply(t); err != nil {
+				continue
+			}
+			if c.fps[c.fingerprint(next)] == path[i] {
+				st, _ := w.apply(t)
+				v.Trace = append(v.Trace, st.String())
+				v.Transitions = append(v.Transitions, t.ID())
+				found = true
+				break
+			}
+		}
+		if !found {
+			v.Message = "dmutex: internal error: the counterexample does not replay"
+			return v
+		}
+	}
+	if cycle == len(path) {
+		v.CycleStart = len(v.Trace)
+	}
+	if last.Kind != 0 {
+		t, ok := w.Find(last.ID())
+		if ok {
+			st, _ := w.apply(t)
+			v.Trace = append(v.Trace, st.String())
+			v.Transitions = append(v.Transitions, t.ID())
+		}
+	}
+	if msg == "" {
+		if err := w.finalCheck(); err != nil {
+			msg = err.Error()
+		}
+	}
+	v.Message = msg
+	var b bytes.Buffer
+	_ = w.WriteMermaid(&b)
+	if v.CycleStart >= 0 {
+		fmt.Fprintf(&b, "    Note over %s: from step %d on, the run repeats for ever\n", w.everyone(), v.CycleStart+1)
+	}
+	v.Mermaid = b.String()
+	if v.CycleStart < 0 {
+		v.CycleStart = 0
+	}
+	return v
+}

@@ -1,0 +1,220 @@
+package dmutex
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+)
+
+// A Variant is a version of an algorithm that the textbooks warn about,
+// kept as teaching content: a name, what it teaches, and the smallest
+// configuration in which Check refutes it. WithVariant selects one in a
+// Simulation, a World or Check; a Cluster and NewPeer refuse it, since a
+// variant is broken on purpose.
+//
+// A variant is the real machine wrapped (variants.go): the wrapper
+// rewrites the machine's output or intercepts one event, so that the
+// machine files hold only the algorithms.
+type Variant struct {
+	Name      string
+	Algorithm Algorithm
+	Teaches   string // one sentence: what goes wrong, and why
+
+	// The smallest configuration that shows the flaw, Check's defaults.
+	N        int
+	Requests int
+	Network  Network
+	Faults   CheckFaults
+	Options  []Option // such as voting sets; added before the caller's
+
+	// unordered lets the variant run over a reordering network although
+	// its algorithm needs FIFO channels.
+	unordered bool
+	// wrap turns peer id's real machine into the variant's; nil keeps it.
+	wrap func(m machine) machine
+}
+
+// variantList is the list behind Variants. Adding one is an entry here and,
+// unless it is only a configuration, a small wrapper type below.
+var variantList = []Variant{
+	{
+		Name:      "lamport-unordered",
+		Algorithm: Lamport,
+		Teaches:   "Lamport's entry rule (every other peer has sent something later than my request) is sound only over FIFO channels: a reply that overtakes its sender's older request lets two peers in.",
+		N:         3, Requests: 1, Network: NetworkUnordered,
+		unordered: true,
+	},
+	{
+		Name:      "ricart-agrawala-tie-reply",
+		Algorithm: RicartAgrawala,
+		Teaches:   "Ricart-Agrawala must break timestamp ties by peer id: two peers that request with the same timestamp and each reply to the other both enter.",
+		N:         2, Requests: 1, Network: NetworkFIFO,
+		wrap: func(m machine) machine { return &raTieReply{m.(*ricart)} },
+	},
+	{
+		Name:      "maekawa-no-inquire",
+		Algorithm: Maekawa,
+		Teaches:   "Maekawa without INQUIRE, FAILED and RELINQUISH deadlocks: three requests that each hold one vote of the others' sets wait for each other in a cycle.",
+		N:         3, Requests: 1, Network: NetworkFIFO,
+		wrap: func(m machine) machine { return &mkNoInquire{m.(*maekawa)} },
+	},
+	{
+		Name:      "maekawa-textbook-failed",
+		Algorithm: Maekawa,
+		Teaches:   "Maekawa's FAILED sent only to a request as it arrives deadlocks with four peers on the grid sets: a request displaced later by a better one never hears FAILED, keeps its other votes and sits on its INQUIRE.",
+		N:         4, Requests: 1, Network: NetworkFIFO,
+		wrap: func(m machine) machine { return &mkTextbookFailed{maekawa: m.(*maekawa)} },
+	},
+	{
+		Name:      "maekawa-yield-unheld",
+		Algorithm: Maekawa,
+		Teaches:   "Over reordering channels an INQUIRE can overtake the LOCKED it asks about: a requester that answers it at once gives back a vote it does not hold, counts the LOCKED when it comes, and that voter's vote never comes home.",
+		N:         3, Requests: 1, Network: NetworkUnordered,
+		unordered: true,
+		wrap:      func(m machine) machine { return &mkYieldUnheld{m.(*maekawa)} },
+	},
+	{
+		Name:      "suzuki-kasami-outdated-token",
+		Algorithm: SuzukiKasami,
+		Teaches:   "Suzuki-Kasami must not send the token for an outdated request (RN[j] <= LN[j]): a late copy of an already served request pulls the token to a peer that no longer wants it, and a request waits for ever or the order of service breaks.",
+		N:         3, Requests: 2, Network: NetworkUnordered,
+		wrap: func(m machine) machine { return &skOutdated{m.(*suzukiKasami)} },
+	},
+}
+
+// Variants returns every variant, in a fixed order. The slice is the
+// caller's.
+func Variants() []Variant { return slices.Clone(variantList) }
+
+// LookupVariant returns the variant named name; an unknown name is an
+// error wrapping ErrInvalidConfig that lists the known ones.
+func LookupVariant(name string) (*Variant, error) {
+	for i := range variantList {
+		if variantList[i].Name == name {
+			v := variantList[i]
+			return &v, nil
+		}
+	}
+	names := make([]string, len(variantList))
+	for i, v := range variantList {
+		names[i] = v.Name
+	}
+	return nil, fmt.Errorf("%w: unknown variant %q (want one of %s)", ErrInvalidConfig, name, strings.Join(names, ", "))
+}
+
+// WithVariant runs the variant named name instead of the real algorithm;
+// the algorithm given to the constructor must be the variant's. It
+// applies to NewSimulation, NewWorld and Check only: New and NewPeer
+// refuse it, since a variant is broken on purpose.
+func WithVariant(name string) Option {
+	return Option{
+		name:  "WithVariant",
+		where: forSimulation | forWorld,
+		apply: func(c *config) error {
+			v, err := LookupVariant(name)
+			if err != nil {
+				return err
+			}
+			if v.Algorithm != c.alg {
+				return fmt.Errorf("%w: variant %s is of %v, not %v", ErrInvalidConfig, name, v.Algorithm, c.alg)
+			}
+			c.variant = v
+			if v.unordered {
+				c.sim.unsafe = true
+			}
+			return nil
+		},
+	}
+}
+
+// withRuntimeVariant is WithVariant for a Cluster, for the tests that
+// show the runtime's own tests catch a variant. Not for real use.
+func withRuntimeVariant(name string) Option {
+	o := WithVariant(name)
+	o.where = forAll
+	return o
+}
+
+// Ricart-Agrawala replying on a timestamp tie.
+type raTieReply struct{ *ricart }
+
+func (r *raTieReply) step(ev event, out *output) {
+	if m := ev.msg; ev.kind == evMessage && m.Kind == KindRequest && !r.implicit &&
+		r.state == raWanted && m.TS == r.ts {
+		// The real machine defers to the smaller id; this one replies.
+		r.clock = max(r.clock, m.TS)
+		out.send(Message{Kind: KindReply, From: r.id, To: m.From, TS: r.clock, Ref: m.TS})
+		return
+	}
+	r.ricart.step(ev, out)
+}
+
+func (r *raTieReply) clone() machine { return &raTieReply{r.ricart.clone().(*ricart)} }
+
+// Maekawa without INQUIRE and FAILED: the voter only queues, and so no
+// requester ever yields.
+type mkNoInquire struct{ *maekawa }
+
+func (m *mkNoInquire) step(ev event, out *output) {
+	m.maekawa.step(ev, out)
+	out.msgs = slices.DeleteFunc(out.msgs, func(x Message) bool {
+		return x.Kind == KindInquire || x.Kind == KindFailed
+	})
+}
+
+func (m *mkNoInquire) clone() machine { return &mkNoInquire{m.maekawa.clone().(*maekawa)} }
+
+// Maekawa with the textbook FAILED rule: FAILED only to the request that
+// just arrived, never to a queued one that a better request displaces.
+type mkTextbookFailed struct{ *maekawa }
+
+func (m *mkTextbookFailed) step(ev event, out *output) {
+	arrived := -1 // the requester whose REQUEST arrives in this step
+	if ev.kind == evMessage && ev.msg.Kind == KindRequest {
+		arrived = ev.msg.From
+	}
+	m.maekawa.step(ev, out)
+	out.msgs = slices.DeleteFunc(out.msgs, func(x Message) bool {
+		return x.Kind == KindFailed && x.To != arrived
+	})
+}
+
+func (m *mkTextbookFailed) clone() machine {
+	return &mkTextbookFailed{m.maekawa.clone().(*maekawa)}
+}
+
+// Maekawa answering an INQUIRE for a vote whose LOCKED has not arrived.
+type mkYieldUnheld struct{ *maekawa }
+
+func (m *mkYieldUnheld) step(ev event, out *output) {
+	if x := ev.msg; ev.kind == evMessage && x.Kind == KindInquire && m.state == mkWanting && x.TS == m.ts {
+		if k, ok := slices.BinarySearch(m.set, x.From); ok && m.votes[k] != voteLocked && m.losing() {
+			m.clock = max(m.clock, x.TS, x.Ref)
+			m.yield(k, out)
+			for i := 0; i < len(m.local); i++ {
+				m.receive(m.local[i], out)
+			}
+			m.local = m.local[:0]
+			return
+		}
+	}
+	m.maekawa.step(ev, out)
+}
+
+func (m *mkYieldUnheld) clone() machine { return &mkYieldUnheld{m.maekawa.clone().(*maekawa)} }
+
+// Suzuki-Kasami sending the idle token for an outdated request.
+type skOutdated struct{ *suzukiKasami }
+
+func (s *skOutdated) step(ev event, out *output) {
+	if m := ev.msg; ev.kind == evMessage && m.Kind == KindRequest && s.token != nil && !s.inside {
+		s.rn[m.From] = max(s.rn[m.From], m.TS)
+		s.sendToken(m.From, out)
+		return
+	}
+	s.suzukiKasami.step(ev, out)
+}
+
+func (s *skOutdated) clone() machine {
+	return &skOutdated{s.suzukiKasami.clone().(*suzukiKasami)}
+}
