@@ -1,5 +1,7 @@
 package dmutex
 
+import "fmt"
+
 // NewCentralized starts n peers of which peer 0 is the coordinator: it
 // keeps the current holder and a FIFO queue of waiting peers, and the
 // others ask it, as a lock server would be asked.
@@ -108,3 +110,15 @@ func (c *centralized) appendState(b []byte) []byte {
 }
 
 func (c *centralized) coordinatorID() int { return coordinator }
+
+func (c *centralized) describe() []Field {
+	fs := []Field{{"wanting", fmt.Sprint(c.wanting)}}
+	if c.id == coordinator {
+		holder := "none"
+		if c.holder >= 0 {
+			holder = fmt.Sprintf("P%d", c.holder)
+		}
+		fs = append(fs, Field{"holder", holder}, Field{"queue", describePeers(c.queue)})
+	}
+	return fs
+}

@@ -1,5 +1,7 @@
 package dmutex
 
+import "fmt"
+
 // NewLamport starts n peers running the mutual exclusion algorithm of L.
 // Lamport, "Time, clocks, and the ordering of events in a distributed
 // system", CACM 21(7), 1978.
@@ -113,4 +115,13 @@ func (l *lamport) appendState(b []byte) []byte {
 	b = appendBool(b, l.wanting)
 	b = appendBool(b, l.held)
 	return appendUint(b, l.ts)
+}
+
+func (l *lamport) describe() []Field {
+	return []Field{
+		{"clock", fmt.Sprint(l.clock)},
+		{"request", describeTS(l.wanting || l.held, l.ts)},
+		{"queue", describeStamps(l.queue)},
+		{"last heard", fmt.Sprint(l.last)},
+	}
 }

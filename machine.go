@@ -3,6 +3,7 @@ package dmutex
 import (
 	"encoding/binary"
 	"fmt"
+	"strings"
 )
 
 // A Kind names what a Message means to the protocol. Kinds are shared by
@@ -209,4 +210,34 @@ func appendBools(b []byte, vs []bool) []byte {
 		b = appendBool(b, v)
 	}
 	return b
+}
+
+// Helpers for describe.
+
+// describeTS is a request's timestamp, or "none".
+func describeTS(out bool, ts uint64) string {
+	if !out {
+		return "none"
+	}
+	return fmt.Sprintf("ts=%d", ts)
+}
+
+// describeStamps lists the peers with a non-zero timestamp, as P1:3.
+func describeStamps(ts []uint64) string {
+	var parts []string
+	for j, t := range ts {
+		if t != 0 {
+			parts = append(parts, fmt.Sprintf("P%d:%d", j, t))
+		}
+	}
+	return "[" + strings.Join(parts, " ") + "]"
+}
+
+// describePeers lists peer ids as [P1 P2].
+func describePeers(ids []int) string {
+	parts := make([]string, len(ids))
+	for i, id := range ids {
+		parts[i] = fmt.Sprintf("P%d", id)
+	}
+	return "[" + strings.Join(parts, " ") + "]"
 }

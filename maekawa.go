@@ -3,6 +3,7 @@ package dmutex
 import (
 	"fmt"
 	"slices"
+	"strings"
 )
 
 // NewMaekawa starts n peers running the quorum algorithm of M. Maekawa, "A
@@ -363,4 +364,41 @@ func (m *maekawa) idleViolation() string {
 		return fmt.Sprintf("still votes for peer %d with %d waiting", m.grantTo, len(m.queue))
 	}
 	return ""
+}
+
+func (m *maekawa) describe() []Field {
+	state := [...]string{mkIdle: "idle", mkWanting: "wanting", mkHeld: "held"}[m.state]
+	voteNames := [...]string{voteNone: "-", voteLocked: "locked", voteFailed: "failed", voteYielded: "yielded"}
+	var votes []string
+	for k, v := range m.votes {
+		s := fmt.Sprintf("P%d:%s", m.set[k], voteNames[v])
+		if m.inquiry[k] {
+			s += "(inquired)"
+		}
+		votes = append(votes, s)
+	}
+	vote := "home"
+	if m.grantTo >= 0 {
+		vote = fmt.Sprintf("P%d ts=%d", m.grantTo, m.grantTS)
+		if m.inquired {
+			vote += " (inquired)"
+		}
+	}
+	var queue []string
+	for _, e := range m.queue {
+		s := fmt.Sprintf("(%d,P%d)", e.ts, e.id)
+		if e.failed {
+			s += "failed"
+		}
+		queue = append(queue, s)
+	}
+	return []Field{
+		{"clock", fmt.Sprint(m.clock)},
+		{"state", state},
+		{"request", describeTS(m.state != mkIdle, m.ts)},
+		{"voting set", describePeers(m.set)},
+		{"votes", "[" + strings.Join(votes, " ") + "]"},
+		{"my vote", vote},
+		{"voter queue", "[" + strings.Join(queue, " ") + "]"},
+	}
 }

@@ -191,3 +191,16 @@ func (r *raymond) appendState(b []byte) []byte {
 	b = appendBool(b, r.asked)
 	return appendInts(b, r.queue)
 }
+
+func (r *raymond) describe() []Field {
+	holder := "self"
+	if r.holder != r.id {
+		holder = fmt.Sprintf("P%d", r.holder)
+	}
+	return []Field{
+		{"HOLDER", holder},
+		{"USING", fmt.Sprint(r.using)},
+		{"ASKED", fmt.Sprint(r.asked)},
+		{"REQUEST_Q", describePeers(r.queue)},
+	}
+}

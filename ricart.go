@@ -1,5 +1,7 @@
 package dmutex
 
+import "fmt"
+
 // NewRicartAgrawala starts n peers running the algorithm of G. Ricart and
 // A. K. Agrawala, "An optimal algorithm for mutual exclusion in computer
 // networks", CACM 24(1), 1981.
@@ -169,4 +171,19 @@ func (r *ricart) appendState(b []byte) []byte {
 	b = appendBools(b, r.granted)
 	b = appendUints(b, r.deferred)
 	return appendUints(b, r.seen)
+}
+
+func (r *ricart) describe() []Field {
+	state := [...]string{raReleased: "released", raWanted: "wanted", raHeld: "held"}[r.state]
+	fs := []Field{
+		{"clock", fmt.Sprint(r.clock)},
+		{"state", state},
+		{"request", describeTS(r.state != raReleased, r.ts)},
+		{"replies in", fmt.Sprintf("%d of %d", r.ngranted, r.n-1)},
+		{"deferred", describeStamps(r.deferred)},
+	}
+	if r.implicit {
+		fs = append(fs, Field{"latest request seen", fmt.Sprint(r.seen)})
+	}
+	return fs
 }

@@ -209,3 +209,15 @@ func (s *suzukiKasami) appendState(b []byte) []byte {
 	b = appendBool(b, s.wanting)
 	return appendBool(b, s.inside)
 }
+
+func (s *suzukiKasami) describe() []Field {
+	fs := []Field{
+		{"RN", fmt.Sprint(s.rn)},
+		{"wanting", fmt.Sprint(s.wanting)},
+		{"token", fmt.Sprint(s.token != nil)},
+	}
+	if s.token != nil {
+		fs = append(fs, Field{"LN", fmt.Sprint(s.token.LN)}, Field{"token queue", describePeers(s.token.Queue)})
+	}
+	return fs
+}

@@ -176,3 +176,12 @@ func (r *tokenRing) appendState(b []byte) []byte {
 	b = appendUint(b, r.rest)
 	return appendBool(b, r.woken)
 }
+
+func (r *tokenRing) describe() []Field {
+	fs := []Field{{"token", fmt.Sprint(r.hold)}, {"wanting", fmt.Sprint(r.wanting)}}
+	if r.hold {
+		return append(fs, Field{"arrived at hop", fmt.Sprint(r.hop)})
+	}
+	return append(fs, Field{"next visit at hop", fmt.Sprint(r.next)}, Field{"rests at hop", fmt.Sprint(r.rest)},
+		Field{"woken", fmt.Sprint(r.woken)})
+}

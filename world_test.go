@@ -1,0 +1,126 @@
+package dmutex
+
+import (
+	"bytes"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// TestWorldDescribe: every machine describes its state for people.
+func TestWorldDescribe(t *testing.T) {
+	for _, a := range Algorithms() {
+		t.Run(a.String(), func(t *testing.T) {
+			w, err := NewWorld(a, 3, WithRequests(1))
+			require.NoError(t, err)
+			for p := range 3 {
+				require.Implements(t, (*describer)(nil), w.ms[p])
+				fs := w.Describe(p)
+				require.NotEmpty(t, fs)
+				for _, f := range fs {
+					assert.NotEmpty(t, f.Name)
+					assert.NotEmpty(t, f.Value)
+				}
+			}
+			// The description follows the state.
+			before := w.String()
+			_, err = w.Apply(w.Transitions()[0])
+			require.NoError(t, err)
+			assert.NotEqual(t, before, w.String())
+		})
+	}
+}
+
+// TestWorldTransitionsApplyClone drives a world by hand: the transitions
+// on offer, their IDs and strings, a clone that goes its own way, and a
+// refused transition.
+func TestWorldTransitionsApplyClone(t *testing.T) {
+	w, err := NewWorld(RicartAgrawala, 2, WithRequests(1))
+	require.NoError(t, err)
+	trs := w.Transitions()
+	require.Len(t, trs, 2)
+	assert.Equal(t, "r0", trs[0].ID())
+	assert.Equal(t, "P0 requests", trs[0].String())
+
+	st, err := w.Apply(trs[0])
+	require.NoError(t, err)
+	assert.Equal(t, -1, st.Entered)
+	require.Len(t, st.Events, 2) // request, send
+	assert.Equal(t, EventSend, st.Events[1].Kind)
+
+	c := w.Clone()
+	d, ok := w.Find("d1")
+	require.True(t, ok)
+	assert.Equal(t, "P1 receives request P0->P1 ts=1", d.String())
+	st, err = w.Apply(d) // P1 replies
+	require.NoError(t, err)
+	assert.Equal(t, "P1 receives request P0->P1 ts=1", st.String())
+	assert.Len(t, w.Messages(), 1)
+	assert.Equal(t, KindReply, w.Messages()[0].Msg.Kind)
+
+	// The clone still has the request in flight, and can take another way.
+	require.Len(t, c.Messages(), 1)
+	assert.Equal(t, KindRequest, c.Messages()[0].Msg.Kind)
+	_, err = c.Apply(Transition{Kind: TransRequest, Peer: 1})
+	require.NoError(t, err)
+	assert.Len(t, c.Messages(), 2)
+	assert.Len(t, w.Messages(), 1, "the original is untouched")
+	assert.True(t, c.Peer(1).Waiting)
+	assert.False(t, w.Peer(1).Waiting)
+
+	_, err = w.Apply(Transition{Kind: TransLeave, Peer: 0})
+	require.ErrorIs(t, err, ErrInvalidConfig, "P0 is not inside")
+	_, err = w.Apply(Transition{Kind: TransDeliver, Peer: 1, Seq: 99, Msg: Message{From: 0, To: 1}})
+	require.ErrorIs(t, err, ErrInvalidConfig)
+
+	st, err = w.Apply(w.Transitions()[len(w.Transitions())-1]) // the reply
+	require.NoError(t, err)
+	assert.Equal(t, 0, st.Entered)
+	assert.Contains(t, st.String(), ", enters")
+	assert.True(t, w.Peer(0).Inside)
+	var b bytes.Buffer
+	require.NoError(t, w.WriteLog(&b))
+	assert.Contains(t, b.String(), "P0 enter")
+}
+
+// TestWorldReplayByIDs: the same IDs from the same start give the same
+// world, so an explorer can keep a run as a list of IDs.
+func TestWorldReplayByIDs(t *testing.T) {
+	w, err := NewWorld(SuzukiKasami, 3, WithRequests(2), WithDelivery(DeliverReorder))
+	require.NoError(t, err)
+	var ids []string
+	for i := 0; i < 40; i++ {
+		trs := w.Transitions()
+		if len(trs) == 0 {
+			break
+		}
+		tr := trs[(i*7)%len(trs)]
+		ids = append(ids, tr.ID())
+		_, err := w.Apply(tr)
+		require.NoError(t, err)
+	}
+	r, err := NewWorld(SuzukiKasami, 3, WithRequests(2), WithDelivery(DeliverReorder))
+	require.NoError(t, err)
+	for _, id := range ids {
+		tr, ok := r.Find(id)
+		require.True(t, ok, id)
+		_, err := r.Apply(tr)
+		require.NoError(t, err)
+	}
+	assert.Equal(t, w.String(), r.String())
+	assert.Equal(t, w.Events(), r.Events())
+}
+
+func TestWorldBadInput(t *testing.T) {
+	_, err := NewWorld(Lamport, 3, WithRequests(-1))
+	require.ErrorIs(t, err, ErrInvalidConfig)
+	_, err = NewSimulation(Lamport, 3, WithRequests(1))
+	require.ErrorIs(t, err, ErrInvalidConfig, "requests as transitions are for a world")
+	_, err = NewWorld(Lamport, 3, WithDelivery(DeliverReorder))
+	require.ErrorIs(t, err, ErrInvalidConfig)
+	w, err := NewWorld(Lamport, 3)
+	require.NoError(t, err)
+	require.ErrorIs(t, w.Request(3), ErrInvalidConfig)
+	assert.Empty(t, w.Transitions(), "no requests to make, nothing in flight")
+}
