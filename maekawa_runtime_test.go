@@ -132,6 +132,11 @@ func TestMaekawaHammerCatchesMutant(t *testing.T) {
 // TestMaekawaNoStarvation has every other peer take the lock in a tight
 // loop while the peer with the largest id, which loses every tie, asks for
 // it again and again: each of its requests must get in within a deadline.
+// Each request waits until the others have entered again since the
+// previous one, so that every request meets contention by construction:
+// the test used to start the victim at once and, about one run in nine
+// under -short, its few requests were all served before the other
+// goroutines had been scheduled at all.
 func TestMaekawaNoStarvation(t *testing.T) {
 	requests := 20
 	if testing.Short() {
@@ -143,6 +148,7 @@ func TestMaekawaNoStarvation(t *testing.T) {
 			ctx, stop := context.WithCancel(context.Background())
 			var wg sync.WaitGroup
 			var g guard
+			var othersIn atomic.Uint64 // entries by the other peers so far
 			errs := make(chan error, 3*n)
 			for _, p := range c.Peers()[:n-1] {
 				for range 3 {
@@ -152,6 +158,7 @@ func TestMaekawaNoStarvation(t *testing.T) {
 								return
 							}
 							err := g.enter(p.ID())
+							othersIn.Add(1)
 							g.leave()
 							p.Unlock()
 							if err != nil {
@@ -164,7 +171,9 @@ func TestMaekawaNoStarvation(t *testing.T) {
 			}
 			victim := c.Peer(n - 1)
 			var waited time.Duration
+			var seen uint64
 			for i := range requests {
+				eventually(t, "the others enter again", func() bool { return othersIn.Load() > seen })
 				start := time.Now()
 				lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 				err := victim.LockContext(lctx)
@@ -177,6 +186,7 @@ func TestMaekawaNoStarvation(t *testing.T) {
 				waited = max(waited, time.Since(start))
 				require.NoError(t, g.enter(n-1))
 				g.leave()
+				seen = othersIn.Load()
 				victim.Unlock()
 			}
 			stop()
@@ -187,7 +197,8 @@ func TestMaekawaNoStarvation(t *testing.T) {
 			}
 			others := c.Stats().Entries - uint64(requests)
 			t.Logf("n=%d: %d entries by the others, longest wait of peer %d: %v", n, others, n-1, waited)
-			require.Positive(t, others, "the others must have contended")
+			require.Equal(t, othersIn.Load(), others)
+			require.GreaterOrEqual(t, others, uint64(requests), "the others entered before every request")
 		})
 	}
 }
