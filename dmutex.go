@@ -48,7 +48,8 @@ type Locker interface {
 	// peers enter the critical section. Pass it to a store that rejects
 	// writes carrying a smaller number than it has seen, and a holder that
 	// stalled past its turn cannot clobber its successor. Fence returns 0
-	// when the peer is not in the critical section.
+	// when the peer is not in the critical section, and once the peer's
+	// fences are used up (see MaxFence), never a number that wrapped.
 	Fence() uint64
 }
 

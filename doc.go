@@ -115,5 +115,11 @@
 // holder may have stalled past a timeout that another system enforced.
 // Locker.Fence returns a number that strictly increases, across the whole
 // cluster, in the order of entries; pass it with every write to a store
-// that rejects numbers smaller than the largest it has seen.
+// that rejects numbers smaller than the largest it has seen. A peer learns
+// the others' fences from the messages it receives; one message may raise
+// its fence by at most FenceWindow, and never past MaxFence, so that a
+// forged message cannot use the fences up. Messages beyond that are
+// refused and counted in Stats.Refused. Fences never wrap: a peer whose
+// fence has reached MaxFence gives its holds the fence 0, which such a
+// store rejects.
 package dmutex
