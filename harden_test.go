@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"math"
+	"math/rand/v2"
 	"runtime"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -439,4 +441,71 @@ func TestSuzukiKasamiRefusesForgedTokens(t *testing.T) {
 	assert.Equal(t, 2, m.To, "the token goes to the head of its queue")
 	assert.Equal(t, []uint64{0, 1, 0}, m.Token.LN)
 	assert.Empty(t, m.Token.Queue)
+}
+
+// TestMachinesSurviveJunk steps every machine with junk messages that pass
+// the peer's checks (a valid kind, a sender in range, any TS, Ref and
+// token), between ordinary requests and releases: no field of a message
+// may make a machine index out of range or otherwise panic (issue 12 item
+// 9, for every algorithm). A token or privilege to a machine that holds
+// one is left out: that is a duplicate, which the Transport contract
+// forbids and the token machines refuse loudly.
+func TestMachinesSurviveJunk(t *testing.T) {
+	nums := []uint64{0, 1, 2, 3, 7, 1 << 32, math.MaxUint64 - 1, math.MaxUint64}
+	for _, v := range variants() {
+		for _, n := range []int{2, 3, 5} {
+			t.Run(v.name+"/n="+strconv.Itoa(n), func(t *testing.T) {
+				cfg, err := newConfig(v.alg, n, forSimulation, v.opts)
+				require.NoError(t, err)
+				rng := rand.New(rand.NewPCG(uint64(n), uint64(v.alg)))
+				for id := range n {
+					m, err := cfg.newMachine(v.alg, id, n)
+					require.NoError(t, err)
+					var out output
+					wanting, inside := false, false
+					for step := range 2000 {
+						var ev event
+						switch r := rng.IntN(10); {
+						case r == 0 && !wanting && !inside:
+							ev, wanting = event{kind: evRequest}, true
+						case r == 1 && inside:
+							ev, inside = event{kind: evRelease}, false
+						default:
+							msg := Message{
+								Kind: Kind(1 + rng.IntN(int(numKinds)-1)),
+								From: (id + 1 + rng.IntN(n-1)) % n,
+								To:   id,
+								TS:   nums[rng.IntN(len(nums))],
+								Ref:  nums[rng.IntN(len(nums))],
+							}
+							if msg.Kind == KindToken || msg.Kind == KindPrivilege {
+								if th, ok := m.(tokenHolder); ok && th.hasToken() {
+									continue
+								}
+								msg.Token = junkToken(rng, n)
+							}
+							ev = event{kind: evMessage, msg: msg}
+						}
+						out.reset()
+						require.NotPanics(t, func() { m.step(ev, &out) }, "peer %d step %d: %+v", id, step, ev)
+						if out.entered {
+							wanting, inside = false, true
+						}
+					}
+				}
+			})
+		}
+	}
+}
+
+// junkToken returns a Suzuki-Kasami token, valid or not.
+func junkToken(rng *rand.Rand, n int) *Token {
+	if rng.IntN(4) == 0 {
+		return nil
+	}
+	t := &Token{LN: make([]uint64, n-1+rng.IntN(3))}
+	for range rng.IntN(n + 2) {
+		t.Queue = append(t.Queue, rng.IntN(n+4)-2)
+	}
+	return t
 }
