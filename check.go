@@ -90,7 +90,10 @@ type CheckConfig struct {
 	Algorithm Algorithm
 	Variant   string // a name from Variants; it sets Algorithm and the defaults below
 	N         int    // peers; 0 means the variant's, else 3
-	Requests  int    // requests per peer; 0 means the variant's, else 1
+	Requests  int    // requests per peer; 0 means the variant's, else 1; Unlimited for no end
+	// RequestsPerPeer, if set, gives each peer its own number of
+	// requests instead (some may be zero: voters only); its length is N.
+	RequestsPerPeer []int
 	Network   Network
 	Options   []Option    // the algorithm's options, such as WithVotingSets
 	Faults    CheckFaults // zero: no faults (or the variant's)
@@ -325,8 +328,18 @@ func newChecker(cc CheckConfig) (*checker, error) {
 	if cc.Network == NetworkDefault {
 		cc.Network = NetworkFIFO
 	}
-	if cc.Requests < 0 {
-		return nil, fmt.Errorf("%w: %d requests per peer, want 1 or more", ErrInvalidConfig, cc.Requests)
+	if cc.Requests < Unlimited {
+		return nil, fmt.Errorf("%w: %d requests per peer, want 1 or more, or Unlimited", ErrInvalidConfig, cc.Requests)
+	}
+	if cc.RequestsPerPeer != nil {
+		if len(cc.RequestsPerPeer) != cc.N {
+			return nil, fmt.Errorf("%w: %d numbers of requests for %d peers", ErrInvalidConfig, len(cc.RequestsPerPeer), cc.N)
+		}
+		for p, k := range cc.RequestsPerPeer {
+			if k < Unlimited {
+				return nil, fmt.Errorf("%w: %d requests for peer %d", ErrInvalidConfig, k, p)
+			}
+		}
 	}
 	if cc.Network > NetworkUnordered {
 		return nil, fmt.Errorf("%w: unknown network %v", ErrInvalidConfig, cc.Network)
@@ -380,6 +393,9 @@ func (c *checker) startWorld(trace bool) (*World, error) {
 	w, err := newWorld(&cfg, c.cc.build)
 	if err != nil {
 		return nil, err
+	}
+	for p, k := range c.cc.RequestsPerPeer {
+		w.peers[p].budget = k
 	}
 	if f := c.cc.Faults; f.Crash {
 		w.f.crashLeft, w.f.crashWho = 1, f.CrashPeer

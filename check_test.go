@@ -388,6 +388,8 @@ func TestCheckBadConfig(t *testing.T) {
 		{Algorithm: Algorithm(99)},
 		{Algorithm: Lamport, N: -1},
 		{Algorithm: Lamport, Requests: -2},
+		{Algorithm: Lamport, N: 2, RequestsPerPeer: []int{1}},
+		{Algorithm: Lamport, N: 2, RequestsPerPeer: []int{1, -3}},
 		{Algorithm: Lamport, Network: Network(9)},
 		{Algorithm: Lamport, Faults: CheckFaults{Crash: true, CrashPeer: 3}},
 		{Algorithm: Lamport, Faults: CheckFaults{Lose: true, LoseKind: Kind(77)}},

@@ -237,7 +237,7 @@ type PeerStatus struct {
 	Inside  bool // in the critical section
 	Crashed bool
 	Pending int // Request calls queued at the peer behind the current one
-	Budget  int // requests the peer may still make as transitions
+	Budget  int // requests the peer may still make as transitions, or Unlimited
 }
 
 // InFlight is a message in flight and its serial number.
@@ -246,17 +246,21 @@ type InFlight struct {
 	Msg Message
 }
 
+// Unlimited, given to WithRequests or as CheckConfig.Requests, lets
+// every peer request again whenever it is idle, for ever.
+const Unlimited = -1
+
 // WithRequests lets every peer of a World make k requests, each as a
-// transition of its own (TransRequest) whenever the peer is idle. The
-// default is none: requests come only from World.Request. It applies to
-// NewWorld only.
+// transition of its own (TransRequest) whenever the peer is idle; k may
+// be Unlimited. The default is none: requests come only from
+// World.Request. It applies to NewWorld only.
 func WithRequests(k int) Option {
 	return Option{
 		name:  "WithRequests",
 		where: forWorld,
 		apply: func(c *config) error {
-			if k < 0 {
-				return fmt.Errorf("%w: WithRequests(%d): want zero or more", ErrInvalidConfig, k)
+			if k < Unlimited {
+				return fmt.Errorf("%w: WithRequests(%d): want zero or more, or Unlimited", ErrInvalidConfig, k)
 			}
 			c.requests = k
 			return nil
@@ -490,7 +494,7 @@ func (w *World) appendTransitions(trs []Transition, faults bool) []Transition {
 		s := &w.peers[p]
 		if s.inside {
 			trs = append(trs, Transition{Kind: TransLeave, Peer: p})
-		} else if !s.requested && s.budget > 0 {
+		} else if !s.requested && s.budget != 0 {
 			trs = append(trs, Transition{Kind: TransRequest, Peer: p})
 		}
 	}
@@ -591,7 +595,9 @@ func (w *World) apply(t Transition) (Step, error) {
 	before := w.entries
 	switch t.Kind {
 	case TransRequest:
-		w.peers[t.Peer].budget--
+		if w.peers[t.Peer].budget > 0 {
+			w.peers[t.Peer].budget--
+		}
 		w.outstanding++
 		w.ask(t.Peer)
 	case TransLeave:
@@ -901,7 +907,7 @@ func (w *World) quiet() bool {
 		return false
 	}
 	for p := range w.n {
-		if s := &w.peers[p]; !w.isCrashed(p) && !s.requested && s.budget > 0 {
+		if s := &w.peers[p]; !w.isCrashed(p) && !s.requested && s.budget != 0 {
 			return false
 		}
 	}

@@ -113,7 +113,7 @@ func TestWorldReplayByIDs(t *testing.T) {
 }
 
 func TestWorldBadInput(t *testing.T) {
-	_, err := NewWorld(Lamport, 3, WithRequests(-1))
+	_, err := NewWorld(Lamport, 3, WithRequests(-2))
 	require.ErrorIs(t, err, ErrInvalidConfig)
 	_, err = NewSimulation(Lamport, 3, WithRequests(1))
 	require.ErrorIs(t, err, ErrInvalidConfig, "requests as transitions are for a world")
