@@ -94,9 +94,9 @@ type CheckConfig struct {
 	// RequestsPerPeer, if set, gives each peer its own number of
 	// requests instead (some may be zero: voters only); its length is N.
 	RequestsPerPeer []int
-	Network   Network
-	Options   []Option    // the algorithm's options, such as WithVotingSets
-	Faults    CheckFaults // zero: no faults (or the variant's)
+	Network         Network
+	Options         []Option    // the algorithm's options, such as WithVotingSets
+	Faults          CheckFaults // zero: no faults (or the variant's)
 
 	// MaxStates stops the search after that many states, with Complete
 	// false; 0 means DefaultMaxStates, and a negative value no limit.
