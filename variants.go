@@ -68,7 +68,7 @@ var variantList = []Variant{
 	{
 		Name:      "maekawa-yield-unheld",
 		Algorithm: Maekawa,
-		Teaches:   "Over reordering channels an INQUIRE can overtake the LOCKED it asks about: a requester that answers it at once gives back a vote it does not hold, counts the LOCKED when it comes, and that voter's vote never comes home.",
+		Teaches:   "Over reordering channels an INQUIRE can overtake the LOCKED it asks about: a requester that answers it at once gives back a vote it does not hold yet, then counts the LOCKED when it arrives, so one vote serves two requesters and both enter.",
 		N:         3, Requests: 1, Network: NetworkUnordered,
 		unordered: true,
 		wrap:      func(m machine) machine { return &mkYieldUnheld{m.(*maekawa)} },

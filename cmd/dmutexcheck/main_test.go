@@ -1,0 +1,133 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/dmutex/dmutex"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+func runCmd(t *testing.T, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	code = run(context.Background(), args, &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+// TestRicartAgrawalaJSON is the command of issue 11's "done means".
+func TestRicartAgrawalaJSON(t *testing.T) {
+	code, stdout, stderr := runCmd(t, "-alg", "ricart-agrawala", "-n", "3", "-requests", "2", "-json")
+	require.Equal(t, 0, code, stderr)
+	var m map[string]any
+	require.NoError(t, json.Unmarshal([]byte(stdout), &m))
+	for _, k := range []string{"safe", "deadlockFree", "starvationFree", "complete"} {
+		assert.Equal(t, true, m[k], k)
+	}
+	assert.Equal(t, "ricart-agrawala", m["algorithm"])
+	assert.Equal(t, float64(3), m["n"])
+	assert.Equal(t, float64(2), m["requests"])
+	assert.Equal(t, "fifo", m["network"])
+	assert.Nil(t, m["violation"])
+	assert.Contains(t, m, "maxOvertakes")
+}
+
+// TestEveryVariantRefuted: -variant NAME alone exits 1 with a trace.
+func TestEveryVariantRefuted(t *testing.T) {
+	for _, v := range dmutex.Variants() {
+		t.Run(v.Name, func(t *testing.T) {
+			code, stdout, stderr := runCmd(t, "-variant", v.Name, "-json")
+			require.Equal(t, 1, code, stderr)
+			var r struct {
+				Algorithm string `json:"algorithm"`
+				Violation *struct {
+					Property string   `json:"property"`
+					Trace    []string `json:"trace"`
+					Mermaid  string   `json:"mermaid"`
+				} `json:"violation"`
+			}
+			require.NoError(t, json.Unmarshal([]byte(stdout), &r))
+			assert.Equal(t, v.Algorithm.String(), r.Algorithm)
+			require.NotNil(t, r.Violation)
+			assert.NotEmpty(t, r.Violation.Trace)
+			assert.Contains(t, r.Violation.Mermaid, "sequenceDiagram")
+		})
+	}
+}
+
+func TestList(t *testing.T) {
+	code, stdout, _ := runCmd(t, "-list")
+	require.Equal(t, 0, code)
+	lines := strings.Split(strings.TrimSpace(stdout), "\n")
+	require.Len(t, lines, len(dmutex.Variants()))
+	for i, v := range dmutex.Variants() {
+		assert.Equal(t, v.Name+" "+v.Teaches, lines[i])
+	}
+}
+
+func TestText(t *testing.T) {
+	code, stdout, _ := runCmd(t, "-variant", "ricart-agrawala-tie-reply", "-mermaid")
+	require.Equal(t, 1, code)
+	assert.Contains(t, stdout, "violation (safety)")
+	assert.Contains(t, stdout, "  1 P0 requests")
+	assert.Contains(t, stdout, "sequenceDiagram")
+
+	code, stdout, _ = runCmd(t, "-alg", "raymond", "-tree", "-1,0,1", "-crash", "any")
+	require.Equal(t, 0, code, stdout)
+	assert.Contains(t, stdout, `faults="crash any"`)
+	assert.Contains(t, stdout, "safe: true")
+	assert.Contains(t, stdout, "blocked after a fault")
+
+	code, stdout, _ = runCmd(t, "-alg", "maekawa", "-sets", "0,1/1,2/0,2", "-lose", "locked")
+	require.Equal(t, 0, code, stdout)
+	assert.Contains(t, stdout, "max overtakes: 2")
+
+	code, stdout, stderr := runCmd(t, "-alg", "ra", "-requests", "2", "-max-states", "50")
+	assert.Equal(t, 3, code)
+	assert.Contains(t, stdout, "incomplete")
+	assert.Contains(t, stderr, "stopped at 50 states")
+
+	code, stdout, _ = runCmd(t, "-alg", "ricart-agrawala", "-implicit", "-net", "unordered")
+	require.Equal(t, 0, code, stdout)
+}
+
+func TestBadUsage(t *testing.T) {
+	tests := []struct {
+		args []string
+		want string
+	}{
+		{[]string{}, "-alg or -variant is required"},
+		{[]string{"-alg", "paxos"}, `unknown algorithm "paxos"`},
+		{[]string{"-variant", "nope"}, `unknown variant "nope"`},
+		{[]string{"-variant", "lamport-unordered", "-alg", "maekawa"}, "variant lamport-unordered is of lamport"},
+		{[]string{"-alg", "lamport", "-n", "-2"}, "-n: -2 is not a number of peers"},
+		{[]string{"-alg", "lamport", "-requests", "0"}, `-requests: "0" is not a positive number`},
+		{[]string{"-alg", "lamport", "-net", "tcp"}, `-net: "tcp" is not fifo or unordered`},
+		{[]string{"-alg", "lamport", "-crash", "me"}, `-crash: "me" is not any or a peer id`},
+		{[]string{"-alg", "lamport", "-crash", "7"}, "crash of peer 7 out of range"},
+		{[]string{"-alg", "lamport", "-lose", "letter"}, `-lose: "letter" is not any or a message kind`},
+		{[]string{"-alg", "lamport", "-implicit"}, "WithImplicitReplies does not apply to lamport"},
+		{[]string{"-alg", "maekawa", "-sets", "0,x"}, `-sets: "0,x" is not a list of numbers`},
+		{[]string{"-alg", "lamport", "-max-states", "0"}, "-max-states: 0 is not a limit"},
+		{[]string{"-alg", "lamport", "extra"}, `unexpected argument "extra"`},
+		{[]string{"-bogus"}, "flag provided but not defined: -bogus"},
+	}
+	for _, tt := range tests {
+		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
+			code, stdout, stderr := runCmd(t, tt.args...)
+			assert.Equal(t, 2, code)
+			assert.Empty(t, stdout)
+			assert.Contains(t, stderr, tt.want)
+			assert.Contains(t, stderr, "Usage: dmutexcheck [flags]")
+		})
+	}
+}
