@@ -407,9 +407,10 @@ const MaxFence = 1<<62 - 1
 // is refused unstepped and counted in Stats.Refused, so that no single
 // forged message can use up the fencing tokens. A correct peer's message
 // is above the receiver's fence only by entries the receiver has not heard
-// of; it exceeds the window only after 2^48 entries (three days at a
-// billion a second) that some peer took while the receiver heard nothing
-// from anyone, which only an idle token holder re-entering alone does.
+// of, so it exceeds the window only when the receiver has missed 2^48
+// entries (three days at a billion a second): in practice only an idle
+// token holder re-entering alone for that long, whose token would then be
+// refused. FenceWindow trades that for the bound on forgeries.
 const FenceWindow = 1 << 48
 
 // fenceLocked returns the peer's fence, also while the fast path counts
