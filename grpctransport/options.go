@@ -9,6 +9,8 @@ import (
 	"os"
 	"time"
 
+	"google.golang.org/grpc"
+
 	"github.com/dmutex/dmutex"
 )
 
@@ -28,7 +30,9 @@ type options struct {
 	maxFrame        int
 	alg, algOptions string // WithCluster
 
-	noCertCheck bool // withoutCertificateCheck: tests that play an impostor
+	noCertCheck bool                // withoutCertificateCheck: tests that play an impostor
+	serverOpts  []grpc.ServerOption // WithServerOptions
+	dialOpts    []grpc.DialOption   // WithDialOptions
 }
 
 // Insecure runs the transport without transport credentials: no

@@ -198,7 +198,8 @@ func New(id int, addrs []string, opts ...Option) (*Transport, error) {
 	}
 	t.ctx, t.cancel = context.WithCancel(context.Background())
 
-	t.srv = grpc.NewServer(
+	// The caller's options come first, so that the transport's own win.
+	t.srv = grpc.NewServer(append(slices.Clip(o.serverOpts),
 		grpc.Creds(t.serverCreds()),
 		// gRPC's own limit only keeps a huge frame out of memory; the codec
 		// refuses anything above maxFrame with an error the handler logs.
@@ -208,7 +209,7 @@ func New(id int, addrs []string, opts ...Option) (*Transport, error) {
 		grpc.ConnectionTimeout(handshakeTimeout),
 		grpc.StaticStreamWindowSize(windowSize),
 		grpc.StaticConnWindowSize(windowSize),
-	)
+	)...)
 	wirepb.RegisterLinkServer(t.srv, linkServer{t: t})
 	t.health = serveHealth(t.ctx, t.srv)
 	for j := range n {
@@ -216,7 +217,7 @@ func New(id int, addrs []string, opts ...Option) (*Transport, error) {
 			continue
 		}
 		t.in[j] = &inlink{}
-		conn, err := grpc.NewClient(addrs[j],
+		conn, err := grpc.NewClient(addrs[j], append(slices.Clip(o.dialOpts),
 			grpc.WithTransportCredentials(t.clientCreds(j)),
 			grpc.WithConnectParams(grpc.ConnectParams{
 				Backoff:           backoff.Config{BaseDelay: o.minBackoff, Multiplier: 1.6, Jitter: 0.2, MaxDelay: o.maxBackoff},
@@ -225,7 +226,7 @@ func New(id int, addrs []string, opts ...Option) (*Transport, error) {
 			grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 10 * time.Second, Timeout: 5 * time.Second, PermitWithoutStream: true}),
 			grpc.WithStaticStreamWindowSize(windowSize),
 			grpc.WithStaticConnWindowSize(windowSize),
-		)
+		)...)
 		if err != nil {
 			t.closeConns()
 			_ = lis.Close()
