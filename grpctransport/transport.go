@@ -83,6 +83,8 @@ type Transport struct {
 	health *health.Server // the standard health service; see health.go
 	lis    *shakingListener
 
+	handshakes handshakeLog // failed TLS handshakes; see handshake.go
+
 	bmu      sync.Mutex
 	bchanged chan struct{} // closed and replaced when a barrier may have completed
 	round    uint32        // rounds of Barrier started
@@ -197,6 +199,7 @@ func New(id int, addrs []string, opts ...Option) (*Transport, error) {
 		stopped:  make(chan struct{}),
 	}
 	t.ctx, t.cancel = context.WithCancel(context.Background())
+	t.handshakes.log, t.handshakes.links = t.log, make([]linkTLS, n)
 
 	// The caller's options come first, so that the transport's own win.
 	t.srv = grpc.NewServer(append(slices.Clip(o.serverOpts),
@@ -245,6 +248,10 @@ func New(id int, addrs []string, opts ...Option) (*Transport, error) {
 		if o != nil {
 			t.wg.Add(1)
 			go t.runLink(o)
+			if !t.opt.insecure {
+				t.wg.Add(1)
+				go t.watchHandshakes(o)
+			}
 		}
 	}
 	return t, nil
@@ -259,7 +266,7 @@ func (t *Transport) serverCreds() credentials.TransportCredentials {
 	if cfg.ClientCAs == nil {
 		cfg.ClientCAs = cfg.RootCAs
 	}
-	return credentials.NewTLS(cfg)
+	return refusalCreds{credentials.NewTLS(cfg), t}
 }
 
 func (t *Transport) clientCreds(to int) credentials.TransportCredentials {
@@ -268,7 +275,7 @@ func (t *Transport) clientCreds(to int) credentials.TransportCredentials {
 	}
 	cfg := t.opt.tls.Clone()
 	cfg.ServerName = PeerName(to) // the peer we reach must prove it is peer to
-	return credentials.NewTLS(cfg)
+	return clientTLS{credentials.NewTLS(cfg), &t.handshakes.links[to]}
 }
 
 // ID returns the transport's peer id.
@@ -410,7 +417,9 @@ func (t *Transport) runLink(o *outbox) {
 			t.fail(fmt.Errorf("dmutex: peer %d refused peer %d: %s", o.to, t.id, strings.TrimPrefix(status.Convert(err).Message(), "dmutex: ")))
 			return
 		}
-		t.log.Warn("dmutex: grpctransport: link broken, reconnecting", "to", o.to, "err", err)
+		// Not a warning: peers stop and restart. A refused handshake
+		// is logged as one by watchHandshakes.
+		t.log.Info("dmutex: grpctransport: link broken, reconnecting", "to", o.to, "err", err)
 		if time.Since(start) > 4*t.opt.maxBackoff {
 			delay = t.opt.minBackoff // it had been working a while
 		}
@@ -881,7 +890,7 @@ func (t *Transport) streamEnd(from int, err error) error {
 		t.log.Debug("dmutex: grpctransport: stream ended", "from", from, "err", err)
 		return nil
 	case status.Code(err) == codes.Unavailable:
-		t.log.Warn("dmutex: grpctransport: stream broken", "from", from, "err", err)
+		t.log.Info("dmutex: grpctransport: stream broken", "from", from, "err", err)
 		return err
 	}
 	// Malformed or oversized frames end up here: gRPC refuses them before

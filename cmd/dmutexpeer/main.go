@@ -79,7 +79,7 @@ func parse(args []string, stderr io.Writer) (*config, error) {
 	fs.BoolVar(&insecure, "insecure", false, "run without TLS: no encryption, and peers' ids are not checked")
 	fs.DurationVar(&c.hold, "hold", 0, "time to stay in the critical section on each entry")
 	fs.DurationVar(&c.timeout, "timeout", 5*time.Minute, "give up if the whole run takes longer")
-	fs.BoolVar(&verbose, "v", false, "log reconnections and other transport events")
+	fs.BoolVar(&verbose, "v", false, "log reconnections and other transport events, not only warnings and errors")
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "Usage: dmutexpeer -id ID -peers ADDR,ADDR,... -log FILE (-insecure | -cert F -key F -ca F) [flags]")
 		fmt.Fprintln(fs.Output(), "       dmutexpeer certs -n N -dir DIR")
@@ -125,7 +125,7 @@ func parse(args []string, stderr io.Writer) (*config, error) {
 	if c.hold < 0 || c.timeout <= 0 {
 		return bad("-hold must not be negative and -timeout must be positive")
 	}
-	c.logLevel = slog.LevelError
+	c.logLevel = slog.LevelWarn // refused handshakes and streams say why
 	if verbose {
 		c.logLevel = slog.LevelDebug
 	}

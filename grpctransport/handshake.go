@@ -1,0 +1,174 @@
+package grpctransport
+
+import (
+	"context"
+	"log/slog"
+	"net"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/connectivity"
+	"google.golang.org/grpc/credentials"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
+)
+
+// warnEvery is how often a failed handshake that keeps failing for the
+// same reason is logged again at warning level; the links retry with
+// backoff, at most WithBackoff's max apart, and are not logged every time.
+const warnEvery = 30 * time.Second
+
+// handshakeLog logs failed TLS handshakes at warning level, each distinct
+// reason once per warnEvery.
+type handshakeLog struct {
+	log   *slog.Logger
+	links []linkTLS // by peer id: what this peer's dialing side saw
+
+	mu   sync.Mutex
+	last map[string]time.Time // by side, peer and reason
+}
+
+func (h *handshakeLog) warn(key, msg string, args ...any) {
+	now := time.Now()
+	h.mu.Lock()
+	if h.last == nil {
+		h.last = make(map[string]time.Time)
+	}
+	t, seen := h.last[key]
+	if seen && now.Sub(t) < warnEvery {
+		h.mu.Unlock()
+		h.log.Debug(msg, args...)
+		return
+	}
+	h.last[key] = now
+	h.mu.Unlock()
+	h.log.Warn(msg, args...)
+}
+
+// refusalCreds are the server's TLS credentials, logging every handshake
+// they refuse, with the reason, unless the transport is closing.
+type refusalCreds struct {
+	credentials.TransportCredentials
+	t *Transport
+}
+
+func (c refusalCreds) ServerHandshake(raw net.Conn) (net.Conn, credentials.AuthInfo, error) {
+	conn, info, err := c.TransportCredentials.ServerHandshake(raw)
+	if err != nil && !c.t.isClosed() {
+		c.t.handshakes.warn("refused "+err.Error(), "dmutex: grpctransport: refused a TLS handshake",
+			"remote", raw.RemoteAddr().String(), "err", err)
+	}
+	return conn, info, err
+}
+
+func (c refusalCreds) Clone() credentials.TransportCredentials {
+	return refusalCreds{c.TransportCredentials.Clone(), c.t}
+}
+
+// linkTLS is what the dialing side of one link saw of its last TLS
+// connection. With TLS 1.3 a client's handshake is complete before the
+// server has checked the client's certificate, so a server that refuses
+// it closes a connection the client believed good; the client only sees
+// a broken connection that never delivered a byte.
+type linkTLS struct {
+	shook atomic.Bool // the last handshake succeeded
+	heard atomic.Bool // and the peer has sent data on that connection since
+}
+
+// clientTLS are a link's TLS credentials, which record what linkTLS says.
+type clientTLS struct {
+	credentials.TransportCredentials
+	s *linkTLS
+}
+
+func (c clientTLS) ClientHandshake(ctx context.Context, authority string, raw net.Conn) (net.Conn, credentials.AuthInfo, error) {
+	conn, info, err := c.TransportCredentials.ClientHandshake(ctx, authority, raw)
+	c.s.heard.Store(false)
+	c.s.shook.Store(err == nil)
+	if err != nil {
+		return conn, info, err
+	}
+	return heardConn{conn, c.s}, info, nil
+}
+
+func (c clientTLS) Clone() credentials.TransportCredentials {
+	return clientTLS{c.TransportCredentials.Clone(), c.s}
+}
+
+// heardConn notes in s when the peer first sends data.
+type heardConn struct {
+	net.Conn
+	s *linkTLS
+}
+
+func (c heardConn) Read(b []byte) (int, error) {
+	n, err := c.Conn.Read(b)
+	if n > 0 && !c.s.heard.Load() {
+		c.s.heard.Store(true)
+	}
+	return n, err
+}
+
+// watchHandshakes logs, at warning level, why the connection to o's peer
+// fails when the reason is TLS: the other peer refused this one's
+// certificate, or this one refused the other's. The link itself waits for
+// the connection without seeing why it fails, so this asks: a call that
+// does not wait for the connection fails at once with gRPC's last
+// connection error. Other reasons, such as a peer that is down, are
+// logged at debug level: peers start and stop.
+func (t *Transport) watchHandshakes(o *outbox) {
+	defer t.wg.Done()
+	s := &t.handshakes.links[o.to]
+	state := o.conn.GetState()
+	for {
+		wait, cancel := context.WithCancel(t.ctx)
+		if state == connectivity.TransientFailure {
+			// gRPC stays in TRANSIENT_FAILURE while it retries: ask
+			// again now and then.
+			wait, cancel = context.WithTimeout(t.ctx, t.opt.maxBackoff)
+		}
+		o.conn.WaitForStateChange(wait, state)
+		cancel()
+		if t.ctx.Err() != nil {
+			return
+		}
+		state = o.conn.GetState()
+		if state != connectivity.TransientFailure {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(t.ctx, time.Second)
+		_, err := healthpb.NewHealthClient(o.conn).Check(ctx, &healthpb.HealthCheckRequest{}, grpc.WaitForReady(false))
+		cancel()
+		if err == nil || t.ctx.Err() != nil {
+			continue
+		}
+		reason := status.Convert(err).Message()
+		switch {
+		case strings.Contains(reason, "remote error: tls:"):
+			t.handshakes.warn("to "+PeerName(o.to)+" "+reason, "dmutex: grpctransport: TLS handshake refused by the peer, whose log says why",
+				"to", o.to, "err", reason)
+		case isTLSFailure(reason):
+			t.handshakes.warn("to "+PeerName(o.to)+" "+reason, "dmutex: grpctransport: TLS handshake failed",
+				"to", o.to, "err", reason)
+		case s.shook.Load() && !s.heard.Load():
+			t.handshakes.warn("to "+PeerName(o.to)+" refused", "dmutex: grpctransport: TLS handshake refused by the peer: "+
+				"it closed the connection before sending anything, as a peer does that refuses this one's certificate; its log says why",
+				"to", o.to, "err", reason)
+		default:
+			t.log.Debug("dmutex: grpctransport: cannot reach peer", "to", o.to, "err", reason)
+		}
+	}
+}
+
+// isTLSFailure reports whether a gRPC connection error is about TLS.
+func isTLSFailure(reason string) bool {
+	for _, s := range []string{"tls:", "x509:", "authentication handshake failed", "certificate"} {
+		if strings.Contains(reason, s) {
+			return true
+		}
+	}
+	return false
+}
