@@ -18,7 +18,9 @@
 //	                ricart-agrawala,ricart-agrawala-implicit,centralized
 //	-n list         cluster sizes (default 8)
 //	-load list      loads: light (one entry at a time), full (every peer
-//	                contends) or a number of contenders (default light,full)
+//	                contends) or a number of contenders, at most the
+//	                largest n; a smaller cluster contends with all its
+//	                peers (default light,full)
 //	-duration d     total measuring time, shared by all runs (default 3s)
 //	-format f       table, markdown, csv or json (default table)
 //	-seed s         seed for the choice of peers (default 1)
@@ -27,8 +29,9 @@
 //
 // Latency comes from real goroutine clusters over the in-memory transport.
 // Messages are counted at the transport; one entry at a time the count is
-// exact. While it runs, a progress line is shown on standard error when
-// that is a terminal.
+// exact. While it runs, it shows its progress on standard error: on one
+// line rewritten in place on a terminal, else a line per step when
+// -duration is longer than a second.
 package main
 
 import (
@@ -77,7 +80,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.SetOutput(stderr)
 	algs := fs.String("alg", "", "comma-separated `algorithms` to run (default: every one)")
 	ns := fs.String("n", "8", "comma-separated cluster `sizes`")
-	loads := fs.String("load", "light,full", "comma-separated `loads`: light, full, or a number of contenders")
+	loads := fs.String("load", "light,full", "comma-separated `loads`: light, full, or a number of contenders, at most the largest n (smaller clusters contend with all their peers)")
 	duration := fs.Duration("duration", 3*time.Second, "total measuring `time`, shared by all runs")
 	format := fs.String("format", "table", "output `format`: "+strings.Join(formats, ", "))
 	seed := fs.Uint64("seed", 1, "`seed` for the choice of peers")
@@ -145,13 +148,41 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 			return bad("-chart: %q does not end in .png or .svg", o.chart)
 		}
 	}
+	// A load above a smaller size runs there with every peer; above the
+	// largest it would never be measured as asked.
+	largest := slices.Max(o.ns)
+	for _, l := range o.loads {
+		if l != fullLoad && int(l) > largest {
+			return bad("-load: %d contenders is more than the n = %d peers of the largest cluster", int(l), largest)
+		}
+	}
 	return o, nil
+}
+
+// checkWritable reports whether file can be written, creating it and
+// removing it again if it did not exist, so that a chart that cannot be
+// saved is known before minutes of measuring, not after.
+func checkWritable(file string) error {
+	f, err := os.OpenFile(file, os.O_WRONLY, 0)
+	if err == nil {
+		return f.Close()
+	}
+	if !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("chart: %w", err)
+	}
+	f, err = os.OpenFile(file, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		return fmt.Errorf("chart: %w", err)
+	}
+	return errors.Join(f.Close(), os.Remove(file))
 }
 
 // run is the whole command: it parses args, measures, and writes the
 // result to stdout. It returns the exit status: 0, 1 when a measurement or
-// the chart failed, 2 for a bad command line.
-func run(args []string, stdout, stderr io.Writer, progress bool) int {
+// the chart failed, 2 for a bad command line. Progress goes to stderr: on
+// one line rewritten in place when it is a terminal, else, for runs
+// longer than a second, a line per step.
+func run(args []string, stdout, stderr io.Writer, terminal bool) int {
 	o, err := parseFlags(args, stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return 0
@@ -159,8 +190,17 @@ func run(args []string, stdout, stderr io.Writer, progress bool) int {
 	if err != nil {
 		return 2
 	}
+	if o.chart != "" {
+		if err := checkWritable(o.chart); err != nil {
+			fmt.Fprintf(stderr, "dmutexbench: %v\n", err)
+			return 1
+		}
+	}
 	var p *progressLine
-	if progress {
+	switch {
+	case terminal:
+		p = &progressLine{w: stderr, rewrite: true}
+	case o.duration > time.Second:
 		p = &progressLine{w: stderr}
 	}
 	rows, err := measure(o, p)
@@ -181,17 +221,26 @@ func run(args []string, stdout, stderr io.Writer, progress bool) int {
 	return 0
 }
 
-// A progressLine rewrites one line on a terminal.
-type progressLine struct{ w io.Writer }
+// A progressLine shows which step the command is at: on a terminal it
+// rewrites one line, elsewhere it writes a line per step. A nil
+// progressLine shows nothing.
+type progressLine struct {
+	w       io.Writer
+	rewrite bool
+}
 
 func (p *progressLine) show(format string, a ...any) {
-	if p != nil {
+	switch {
+	case p == nil:
+	case p.rewrite:
 		fmt.Fprintf(p.w, "\r\033[K"+format, a...)
+	default:
+		fmt.Fprintf(p.w, "dmutexbench: "+format+"\n", a...)
 	}
 }
 
 func (p *progressLine) clear() {
-	if p != nil {
+	if p != nil && p.rewrite {
 		fmt.Fprint(p.w, "\r\033[K")
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/csv"
 	"encoding/json"
 	"fmt"
+	"image/color"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -15,6 +16,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/vg/draw"
 )
 
 func TestMain(m *testing.M) {
@@ -47,6 +51,7 @@ func TestBadFlags(t *testing.T) {
 		{"bad duration", []string{"-duration", "-1s"}, "-duration: -1s is not positive"},
 		{"bad chart extension", []string{"-chart", "out.gif"}, `-chart: "out.gif" does not end in .png or .svg`},
 		{"stray argument", []string{"extra"}, `unexpected argument "extra"`},
+		{"more contenders than peers", []string{"-n", "4,8", "-load", "light,9"}, "-load: 9 contenders is more than the n = 8 peers"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -139,15 +144,89 @@ func TestFormats(t *testing.T) {
 	})
 }
 
-func TestProgressOnlyOnTerminal(t *testing.T) {
+// TestProgress checks the three ways progress is shown: rewritten on one
+// line on a terminal; a line per step elsewhere when the run measures for
+// longer than a second; nothing for a shorter run.
+func TestProgress(t *testing.T) {
 	code, _, stderr := runCmd(t, true, "-alg", "centralized", "-n", "3")
 	require.Equal(t, 0, code)
 	assert.Contains(t, stderr, "[1/2] centralized n=3")
 	assert.True(t, strings.HasSuffix(stderr, "\r\033[K"), "the progress line is cleared at the end")
 
+	code, _, stderr = runCmd(t, false, "-alg", "centralized", "-n", "3", "-duration", "1100ms")
+	require.Equal(t, 0, code)
+	assert.Equal(t, "dmutexbench: [1/2] centralized n=3: message counts\n"+
+		"dmutexbench: [1/2] centralized n=3: light load\n"+
+		"dmutexbench: [2/2] centralized n=3: full load\n", stderr, "a line per step, no terminal codes")
+
 	code, _, stderr = runCmd(t, false, "-alg", "centralized", "-n", "3")
 	require.Equal(t, 0, code)
 	assert.Empty(t, stderr)
+}
+
+// TestChartPathCheckedFirst gives a chart path that cannot be written:
+// the command must say so before it measures anything.
+func TestChartPathCheckedFirst(t *testing.T) {
+	dir := t.TempDir()
+	isDir := filepath.Join(dir, "d.png")
+	require.NoError(t, os.Mkdir(isDir, 0o755))
+	for _, path := range []string{filepath.Join(dir, "missing", "c.png"), isDir} {
+		code, stdout, stderr := runCmd(t, false, "-alg", "centralized", "-n", "2", "-chart", path)
+		assert.Equal(t, 1, code, stderr)
+		assert.Empty(t, stdout, "nothing was measured")
+		assert.Contains(t, stderr, "dmutexbench: chart: ")
+		assert.Contains(t, stderr, path)
+	}
+	// A writable path is left as it was found: absent.
+	ok := filepath.Join(dir, "ok.png")
+	require.NoError(t, checkWritable(ok))
+	_, err := os.Stat(ok)
+	assert.ErrorIs(t, err, os.ErrNotExist)
+}
+
+// TestChartStyles checks that the first ten series get ten colours and
+// ten markers, and that a name keeps its series, so its style, across
+// panels.
+func TestChartStyles(t *testing.T) {
+	colours, markers := map[color.Color]int{}, map[draw.GlyphDrawer]int{}
+	for i := range 10 {
+		s := styleAt(i)
+		if j, dup := colours[s.color]; dup {
+			t.Errorf("series %d has the colour of series %d", i, j)
+		}
+		if j, dup := markers[s.shape]; dup {
+			t.Errorf("series %d has the marker of series %d", i, j)
+		}
+		colours[s.color], markers[s.shape] = i, i
+	}
+	st := newStyles()
+	p := plot.New()
+	for _, name := range []string{"ricart-agrawala", "ricart-agrawala-implicit", "maekawa"} {
+		require.NoError(t, st.add(p, name, plotter.XYs{{X: 1, Y: 1}, {X: 2, Y: 2}}))
+	}
+	require.NoError(t, st.add(p, "ricart-agrawala-implicit", plotter.XYs{{X: 1, Y: 3}}))
+	i, isNew := st.indexOf("ricart-agrawala-implicit")
+	assert.Equal(t, 1, i)
+	assert.False(t, isNew)
+	assert.NotEqual(t, styleAt(0).dashes, styleAt(1).dashes, "plain and implicit Ricart-Agrawala, on one line, are told apart by dash too")
+}
+
+// TestLocalEntriesApart checks the split of local entries: one caller at
+// a time on a different peer each time does not re-enter locally with a
+// token, and the only peer of a cluster of one always does.
+func TestLocalEntriesApart(t *testing.T) {
+	code, stdout, stderr := runCmd(t, false, "-alg", "suzuki-kasami", "-n", "1,4", "-load", "light", "-format", "json")
+	require.Equal(t, 0, code, stderr)
+	var rows []row
+	require.NoError(t, json.Unmarshal([]byte(stdout), &rows))
+	require.Len(t, rows, 2)
+	lone, four := rows[0].Loads[0], rows[1].Loads[0]
+	assert.Equal(t, 1.0, lone.Local, "n=1: every entry is local")
+	assert.Zero(t, lone.P50Sent)
+	// n=4, light: every entry fetches the token, but the first may be
+	// peer 0's, which starts with it.
+	assert.LessOrEqual(t, four.Local*float64(four.Entries), 1+1e-9, "local entries at n=4, light")
+	assert.Positive(t, four.P50Sent)
 }
 
 func TestChart(t *testing.T) {

@@ -72,17 +72,41 @@ func (l load) String() string {
 	return fmt.Sprintf("k=%d", int(l))
 }
 
-// A latency summarizes the Lock latencies measured under one load.
+// A latency summarizes the Lock latencies measured under one load. P50
+// and P99 are over every entry. An entry during which its peer neither
+// sent nor received a message (a token holder entering again with its
+// idle token, the coordinator entering while nobody holds the lock) is
+// local; P50Sent is the median of the others, which had to coordinate.
 type latency struct {
 	Load       string  `json:"load"`
 	Contenders int     `json:"contenders"`
 	Entries    uint64  `json:"entries"`
 	P50        float64 `json:"p50_us"`
 	P99        float64 `json:"p99_us"`
+	Local      float64 `json:"local_share"`  // share of the timed entries that were local
+	P50Sent    float64 `json:"p50_us_asked"` // p50 of the entries that were not; 0 if none
 	PerSecond  float64 `json:"entries_per_s"`
 	MsgsEntry  float64 `json:"msgs_per_entry"`
 	elapsed    time.Duration
 	contenders int
+}
+
+// msgCounter is a dmutex.Observer that counts the messages each peer sent
+// and received, so that a caller can tell whether its Lock was local.
+type msgCounter struct{ moved []atomic.Uint64 }
+
+func newMsgCounter(n int) *msgCounter { return &msgCounter{moved: make([]atomic.Uint64, n)} }
+
+func (c *msgCounter) Acquired(int, time.Duration)              {}
+func (c *msgCounter) Released(int, time.Duration)              {}
+func (c *msgCounter) Failed(int, time.Duration, error)         {}
+func (c *msgCounter) Received(peer, _ int, _ dmutex.Kind)      { c.moved[peer].Add(1) }
+func (c *msgCounter) Sent(peer, _ int, _ dmutex.Kind, _ error) { c.moved[peer].Add(1) }
+
+// An entryTime is one timed Lock, and whether it was not local.
+type entryTime struct {
+	d     time.Duration
+	asked bool
 }
 
 // stopped reports whether stop is closed. Callers check it after each
@@ -100,7 +124,9 @@ func stopped(stop <-chan struct{}) bool {
 // one caller on a random peer at a time, never the same peer twice in a
 // row; otherwise one caller on each of k distinct peers) and measures
 // each Lock's latency, the entries per second and the messages per entry.
-func latencyRun(c *dmutex.Cluster, k int, d time.Duration, rng *rand.Rand) (latency, error) {
+// The cluster's observer must be msgs, which tells whether a Lock was
+// local.
+func latencyRun(c *dmutex.Cluster, msgs *msgCounter, k int, d time.Duration, rng *rand.Rand) (latency, error) {
 	peers := c.Peers()
 	n := len(peers)
 	before := c.Stats()
@@ -109,10 +135,10 @@ func latencyRun(c *dmutex.Cluster, k int, d time.Duration, rng *rand.Rand) (late
 	stop := make(chan struct{})
 	var (
 		mu   sync.Mutex
-		lats []time.Duration
+		lats []entryTime
 		errs atomic.Value
 	)
-	record := func(local []time.Duration) {
+	record := func(local []entryTime) {
 		mu.Lock()
 		lats = append(lats, local...)
 		mu.Unlock()
@@ -123,16 +149,17 @@ func latencyRun(c *dmutex.Cluster, k int, d time.Duration, rng *rand.Rand) (late
 	// each Lock.
 	caller := func(pick func(i int) dmutex.Locker) func() {
 		return func() {
-			var local []time.Duration
+			var local []entryTime
 			defer func() { record(local) }()
 			for i := 0; ; i++ {
 				p := pick(i)
+				m0 := msgs.moved[p.ID()].Load()
 				t0 := time.Now()
 				if err := p.LockContext(ctx); err != nil {
 					errs.Store(err)
 					return
 				}
-				local = append(local, time.Since(t0))
+				local = append(local, entryTime{time.Since(t0), msgs.moved[p.ID()].Load() != m0})
 				p.Unlock()
 				if stopped(stop) {
 					return
@@ -156,7 +183,15 @@ func latencyRun(c *dmutex.Cluster, k int, d time.Duration, rng *rand.Rand) (late
 		return latency{}, fmt.Errorf("%v n=%d k=%d: %w", c.Algorithm(), n, k, err)
 	}
 	diff := c.Stats().Sub(before)
-	slices.Sort(lats)
+	var all, asked []time.Duration
+	for _, e := range lats {
+		all = append(all, e.d)
+		if e.asked {
+			asked = append(asked, e.d)
+		}
+	}
+	slices.Sort(all)
+	slices.Sort(asked)
 	l := latency{
 		Contenders: k,
 		Entries:    diff.Entries,
@@ -166,9 +201,13 @@ func latencyRun(c *dmutex.Cluster, k int, d time.Duration, rng *rand.Rand) (late
 	if diff.Entries > 0 {
 		l.MsgsEntry = float64(diff.Messages) / float64(diff.Entries)
 	}
-	if len(lats) > 0 {
-		l.P50 = micros(percentile(lats, 50))
-		l.P99 = micros(percentile(lats, 99))
+	if len(all) > 0 {
+		l.P50 = micros(percentile(all, 50))
+		l.P99 = micros(percentile(all, 99))
+		l.Local = float64(len(all)-len(asked)) / float64(len(all))
+	}
+	if len(asked) > 0 {
+		l.P50Sent = micros(percentile(asked, 50))
 	}
 	return l, nil
 }

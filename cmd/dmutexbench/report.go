@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -94,7 +95,8 @@ func measure(o *options, p *progressLine) ([]row, error) {
 			if r.MsgsK, err = contendedMessages(v, n, r.K, rng); err != nil {
 				return nil, err
 			}
-			c, err := dmutex.New(v.alg, n, v.opts...)
+			msgs := newMsgCounter(n)
+			c, err := dmutex.New(v.alg, n, append(slices.Clone(v.opts), dmutex.WithObserver(msgs))...)
 			if err != nil {
 				return nil, err
 			}
@@ -102,7 +104,7 @@ func measure(o *options, p *progressLine) ([]row, error) {
 			for _, l := range o.loads {
 				done++
 				p.show("[%d/%d] %s n=%d: %v load", done, cells, v.name, n, l)
-				lat, err := latencyRun(c, l.contenders(n), each, rng)
+				lat, err := latencyRun(c, msgs, l.contenders(n), each, rng)
 				if err != nil {
 					c.Close()
 					return nil, err
