@@ -238,6 +238,7 @@ func TestWithTreeBadInput(t *testing.T) {
 		{"two roots", Raymond, 3, []int{-1, 0, -1}, "two roots, peers 0 and 2"},
 		{"own parent", Raymond, 3, []int{-1, 1, 0}, "parent of peer 1 is 1"},
 		{"parent out of range", Raymond, 3, []int{-1, 0, 3}, "parent of peer 2 is 3"},
+		{"negative parent", Raymond, 3, []int{-1, -2, 0}, "parent of peer 1 is -2"},
 		{"cycle apart from the root", Raymond, 4, []int{-1, 0, 3, 2}, "peer 2 is on a cycle"},
 		{"not raymond", SuzukiKasami, 2, []int{-1, 0}, "WithTree does not apply to suzuki-kasami"},
 	}
