@@ -315,3 +315,15 @@ func TestWithTreeCopies(t *testing.T) {
 	parent[2] = 1
 	assert.Equal(t, []int{-1, 0, 0}, cfg.treeParent)
 }
+
+// TestRaymondStateTellsHolder checks that the encoding tells apart two
+// peers that differ only in where the privilege is: one enters on its next
+// request, the other has to ask.
+func TestRaymondStateTellsHolder(t *testing.T) {
+	away, here := newRaymondMachine(t, 1, 3), newRaymondMachine(t, 1, 3)
+	here.holder = 1
+	assert.NotEqual(t, away.appendState(nil), here.appendState(nil))
+	other := newRaymondMachine(t, 1, 3)
+	other.holder = 2 // not a tree edge of the heap, but another direction all the same
+	assert.NotEqual(t, away.appendState(nil), other.appendState(nil))
+}
