@@ -317,8 +317,8 @@ func TestWithTreeCopies(t *testing.T) {
 }
 
 // TestRaymondStateTellsHolder checks that the encoding tells apart two
-// peers that differ only in where the privilege is: one enters on its next
-// request, the other has to ask.
+// peers that differ only in where the privilege is (one enters on its next
+// request, the other has to ask), whether they are inside, or have asked.
 func TestRaymondStateTellsHolder(t *testing.T) {
 	away, here := newRaymondMachine(t, 1, 3), newRaymondMachine(t, 1, 3)
 	here.holder = 1
@@ -326,4 +326,12 @@ func TestRaymondStateTellsHolder(t *testing.T) {
 	other := newRaymondMachine(t, 1, 3)
 	other.holder = 2 // not a tree edge of the heap, but another direction all the same
 	assert.NotEqual(t, away.appendState(nil), other.appendState(nil))
+
+	// Inside or not, asked or not: each decides what the next message does.
+	inside := newRaymondMachine(t, 1, 3)
+	inside.holder, inside.using = 1, true
+	assert.NotEqual(t, here.appendState(nil), inside.appendState(nil), "using")
+	asked := newRaymondMachine(t, 1, 3)
+	asked.asked = true
+	assert.NotEqual(t, away.appendState(nil), asked.appendState(nil), "asked")
 }
