@@ -13,7 +13,9 @@
 // and only if they all pass against the next, so fast strong tests kill
 // most mutants cheaply and the full suite sees only the hard ones. A
 // stage may add options after semicolons: "REGEXP;skip=REGEXP" also skips
-// tests (go test -skip), "REGEXP;noshort" runs them without -short. A
+// tests (go test -skip), "REGEXP;noshort" runs them without -short, and
+// "REGEXP;timeout=20s" gives the stage its own timeout (a runaway model
+// check in a fast first stage is then cut short). A
 // mutant that does not compile is skipped and not counted; one whose
 // tests outlive -timeout counts as killed (TIMEOUT). Mutants are listed in
 // source order, the same on every run; -only file:line (or file:line:col)
@@ -69,7 +71,7 @@ func main() {
 		args    = flag.String("args", "", "extra arguments for the test binary, space-separated (e.g. -dmutex.maxstates=100000)")
 	)
 	var run stages
-	flag.Var(&run, "run", "test regexp of one stage, optionally followed by ;skip=REGEXP and ;noshort; repeat for later stages (default: every test)")
+	flag.Var(&run, "run", "test regexp of one stage, optionally followed by ;skip=REGEXP, ;noshort and ;timeout=DURATION; repeat for later stages (default: every test)")
 	flag.Parse()
 	if *files == "" {
 		fmt.Fprintln(os.Stderr, "mutate: -files is required")
@@ -302,23 +304,29 @@ var failLine = regexp.MustCompile(`(?m)^\s*--- FAIL: (\S+)`)
 // runStage runs the tests matching run; it returns "" if they all pass,
 // else KILLED or TIMEOUT and the first failing test.
 func (r *runner) runStage(bin, run string) (status, test string) {
-	ctx, cancel := context.WithTimeout(context.Background(), r.timeout+30*time.Second)
-	defer cancel()
 	run, opts, _ := strings.Cut(run, ";")
 	var skip string
-	short := r.short
+	short, timeout := r.short, r.timeout
 	for _, o := range strings.Split(opts, ";") {
 		switch {
 		case strings.HasPrefix(o, "skip="):
 			skip = strings.TrimPrefix(o, "skip=")
 		case o == "noshort":
 			short = false
+		case strings.HasPrefix(o, "timeout="):
+			d, err := time.ParseDuration(strings.TrimPrefix(o, "timeout="))
+			if err != nil {
+				fatal(fmt.Errorf("stage option %q: %v", o, err))
+			}
+			timeout = d
 		case o != "":
-			fatal(fmt.Errorf("stage option %q: want skip=REGEXP or noshort", o))
+			fatal(fmt.Errorf("stage option %q: want skip=REGEXP, noshort or timeout=DURATION", o))
 		}
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout+30*time.Second)
+	defer cancel()
 	args := []string{"-test.run", run, "-test.failfast", "-test.count=1",
-		"-test.timeout", r.timeout.String()}
+		"-test.timeout", timeout.String()}
 	if skip != "" {
 		args = append(args, "-test.skip", skip)
 	}
