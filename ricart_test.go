@@ -32,11 +32,12 @@ func raReply(to int, clock, ref uint64) Message {
 	return Message{Kind: KindReply, From: 0, To: to, TS: clock, Ref: ref}
 }
 
-// TestRicartDeferredReplySentOnce defers a request, answers it on the
+// TestRicartStepSendsDeferredReplyOnce defers a request, answers it on the
 // release, and then goes round again without a new request from that
 // peer: the second release must send nothing, or every contended round
-// costs more than 2(n-1) messages.
-func TestRicartDeferredReplySentOnce(t *testing.T) {
+// costs more than 2(n-1) messages. TestRicartDeferredReplySentOnce checks
+// the same through a cluster.
+func TestRicartStepSendsDeferredReplyOnce(t *testing.T) {
 	r := newRicartMachine(t, 0, 2)
 	msgs, _ := raStep(r, event{kind: evRequest}) // ts 1
 	require.Equal(t, []Message{{Kind: KindRequest, From: 0, To: 1, TS: 1}}, msgs)
