@@ -11,8 +11,11 @@ import "fmt"
 // Synchronization delay: 2 messages (RELEASE, then GRANT). Channels: any
 // order will do: a peer's next request may overtake its release, and the
 // coordinator just queues it behind that release. Fairness: FIFO in the
-// order requests
-// reach the coordinator. Failures: the coordinator is a single point of
+// order requests reach the coordinator, and no starvation. There is no
+// bound on overtaking: while a request is on its way to the coordinator,
+// another peer may enter as often as it requests (Check finds (n-1)·r
+// entries by others between a request and its entry for r requests per
+// peer: n = 2 with r = 4, n = 3 with r = 1 to 3, n = 4 with r = 1 and 2). Failures: the coordinator is a single point of
 // failure. If it crashes, no peer can enter again and the holder's release
 // is lost; if a holder crashes, the lock is never released. A lost message
 // blocks its requester, and a partition blocks every peer cut off from

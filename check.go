@@ -251,6 +251,7 @@ func Check(ctx context.Context, cfg CheckConfig) (CheckResult, error) {
 		return CheckResult{}, err
 	}
 	c.liveness()
+	c.res.Seconds = time.Since(c.start).Seconds()
 	return c.res, nil
 }
 

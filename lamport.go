@@ -19,7 +19,11 @@ import "fmt"
 // request from j is still on its way", which only FIFO channels guarantee;
 // over reordering channels two peers can enter at once (the model checker
 // shows the trace). The in-memory transport and the gRPC transport keep
-// per-pair FIFO order. Fairness: entries follow (timestamp, id) order.
+// per-pair FIFO order. Fairness: entries follow (timestamp, id) order,
+// and Check finds no starvation. Between a request and its entry each
+// other peer enters at most twice: once with a request stamped before it,
+// once more before its messages arrive (Check: 2(n-1) at n = 2 with up to
+// four requests per peer, n-1 at n = 3 with one).
 // Failures: assumes reliable peers and channels. A crashed peer stops
 // replying, so every later request blocks (LockContext returns at its
 // deadline); a lost reply blocks its requester unless a later message

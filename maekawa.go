@@ -21,7 +21,8 @@ import (
 // A voter that has voted tells every waiting request that is behind a
 // better one, granted or waiting, that it cannot win now (FAILED, once):
 // not only a request as it arrives, but also one that a better request
-// overtakes later, without which five peers can deadlock. When a better
+// overtakes later, without which four peers on the grid sets can deadlock
+// (the variant maekawa-textbook-failed). When a better
 // request than its grantee's arrives, the voter asks for its vote back
 // (INQUIRE, once per vote). The grantee gives it back (RELINQUISH) if it
 // knows it cannot win now (it has a FAILED, or gave another vote back and
@@ -48,7 +49,10 @@ import (
 // in-memory transport keeps per-pair FIFO order. Fairness: no starvation.
 // Once a request has reached all its voters, every other peer enters at
 // most twice before it, because each answer carries the voter's clock and
-// stamps that peer's later requests after it. Entries do not follow
+// stamps that peer's later requests after it. Counted from the request
+// itself, Check finds at most 2 entries by the other peer at n = 2 with
+// four requests per peer, and at n = 3 at most 2, 4 and 5 entries by the
+// others with one, two and three requests per peer. Entries do not follow
 // (timestamp, id) order: a younger request whose voters are idle can enter
 // before an older one still collecting votes elsewhere. Failures: assumes
 // reliable peers and channels. A crashed peer blocks every requester

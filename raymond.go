@@ -26,6 +26,10 @@ import "fmt"
 // Fairness: each peer serves its queue in FIFO order and the tree has no
 // cycles, so every request is served after finitely many entries by
 // others; there is no starvation. Entries are not in request order.
+// There is no bound on overtaking: while a request climbs the tree,
+// another peer may enter as often as it requests (Check finds (n-1)·r
+// entries by others between a request and its entry for r requests per
+// peer: n = 2 with r = 4, n = 3 with r = 1 to 3, n = 4 with r = 1 and 2).
 //
 // Failures: the algorithm assumes reliable peers and channels. A crashed
 // peer cuts the tree: the privilege is lost if the crashed peer held it

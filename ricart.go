@@ -16,7 +16,11 @@ import "fmt"
 // the contention; synchronization delay one message. Channels: safe
 // without FIFO order; every reply names, in Message.Ref, the request it
 // answers, so a late reply never counts for a later request. Fairness:
-// entries follow (timestamp, id) order, so no peer starves. Failures: the
+// entries follow (timestamp, id) order, so no peer starves. Between a
+// request and its entry each other peer enters at most twice: once with a
+// request stamped before it, once more before the request reaches it
+// (Check: 2(n-1) at n = 2 with four requests per peer and at n = 3 with
+// two, n-1 with one). Failures: the
 // algorithm assumes reliable peers and channels. A crashed peer never
 // replies, so every other peer blocks on its next request (LockContext
 // returns at its deadline); a lost request or reply blocks its requester

@@ -23,6 +23,11 @@ import "fmt"
 // request to the token's queue, scanning from its successor round the
 // ring, and hands the token to the queue's head, so every request is
 // served after finitely many entries by others; there is no starvation.
+// There is no bound on overtaking: while a request is on its way to the
+// holder, another peer may enter as often as it requests (Check finds
+// (n-1)·r entries by others between a request and its entry for r
+// requests per peer: n = 2 with r = 4, n = 3 with r = 1 to 3, n = 4 with
+// r = 1).
 //
 // Failures: the algorithm assumes reliable peers and channels. A peer
 // that crashes holding the token, or a token message that is lost, leaves

@@ -38,6 +38,9 @@ import "fmt"
 //
 // Fairness: the token visits the peers in ring order, so a waiting peer
 // enters before any other peer enters twice. There is no starvation.
+// Check finds at most n-1 entries by others between a request and its
+// entry, whatever the number of requests (n = 2 with four requests per
+// peer, n = 3 with up to three, n = 4 with one).
 //
 // Failures: the algorithm assumes reliable peers and channels. A crashed
 // peer breaks the ring: the token is lost when it is sent to the crashed
