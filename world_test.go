@@ -124,3 +124,78 @@ func TestWorldBadInput(t *testing.T) {
 	require.ErrorIs(t, w.Request(3), ErrInvalidConfig)
 	assert.Empty(t, w.Transitions(), "no requests to make, nothing in flight")
 }
+
+// TestStateEncodingIsFaithful checks the promise the checker rests on:
+// two worlds with equal encodings behave the same. It walks small spaces
+// of every algorithm, keeps the first world seen per encoding, and when
+// another world encodes the same, requires the same transitions (serial
+// numbers aside) and, for each, the same entry and equal encodings after.
+func TestStateEncodingIsFaithful(t *testing.T) {
+	type config struct {
+		name string
+		alg  Algorithm
+		opts []Option
+	}
+	var cs []config
+	for _, a := range Algorithms() {
+		cs = append(cs, config{a.String(), a, nil})
+		if !a.NeedsFIFO() {
+			cs = append(cs, config{a.String() + "/unordered", a, []Option{WithDelivery(DeliverReorder)}})
+		}
+	}
+	cs = append(cs,
+		config{"ricart-agrawala-implicit/unordered", RicartAgrawala, []Option{WithImplicitReplies(), WithDelivery(DeliverReorder)}},
+		config{"maekawa/cycle", Maekawa, []Option{WithVotingSets([][]int{{0, 1}, {1, 2}, {0, 2}})}})
+	var scratch [][]byte
+	var sbuf []byte
+	enc := func(w *World) string { return string(w.appendState(nil, &scratch, &sbuf)) }
+	same := func(a, b Transition) bool {
+		return a.Kind == b.Kind && a.Peer == b.Peer && sameMessage(a.Msg, b.Msg)
+	}
+	for _, c := range cs {
+		t.Run(c.name, func(t *testing.T) {
+			start, err := NewWorld(c.alg, 3, append([]Option{WithRequests(2), WithoutTrace()}, c.opts...)...)
+			require.NoError(t, err)
+			seen := map[string]*World{enc(start): start}
+			queue := []*World{start}
+			compared := 0
+			for len(queue) > 0 && len(seen) < 3000 {
+				w := queue[0]
+				queue = queue[1:]
+				for _, tr := range w.Transitions() {
+					next := w.Clone()
+					_, err := next.Apply(tr)
+					require.NoError(t, err)
+					k := enc(next)
+					old, ok := seen[k]
+					if !ok {
+						seen[k] = next
+						queue = append(queue, next)
+						continue
+					}
+					compared++
+					a, b := old.Transitions(), next.Transitions()
+					require.Equal(t, len(a), len(b), "equal encodings, different transitions:\n%v\n%v", old, next)
+					for _, ta := range a {
+						var tb Transition
+						found := false
+						for _, x := range b {
+							if same(x, ta) {
+								tb, found = x, true
+							}
+						}
+						require.True(t, found, "equal encodings, %v only in one:\n%v\n%v", ta, old, next)
+						ca, cb := old.Clone(), next.Clone()
+						sa, ea := ca.Apply(ta)
+						sb, eb := cb.Apply(tb)
+						require.Equal(t, ea == nil, eb == nil)
+						require.Equal(t, sa.Entered, sb.Entered)
+						require.Equal(t, enc(ca), enc(cb), "equal encodings, %v leads apart:\n%v\n%v", ta, old, next)
+					}
+				}
+			}
+			assert.Positive(t, compared, "no state was reached twice")
+			t.Logf("%d states, %d revisits compared", len(seen), compared)
+		})
+	}
+}
