@@ -159,7 +159,11 @@ func TestStateEncodingIsFaithful(t *testing.T) {
 			seen := map[string]*World{enc(start): start}
 			queue := []*World{start}
 			compared := 0
-			for len(queue) > 0 && len(seen) < 3000 {
+			limit := 3000
+			if raceEnabled {
+				limit = 1000
+			}
+			for len(queue) > 0 && len(seen) < limit {
 				w := queue[0]
 				queue = queue[1:]
 				for _, tr := range w.Transitions() {

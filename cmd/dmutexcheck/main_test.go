@@ -45,6 +45,9 @@ func TestRicartAgrawalaJSON(t *testing.T) {
 func TestEveryVariantRefuted(t *testing.T) {
 	for _, v := range dmutex.Variants() {
 		t.Run(v.Name, func(t *testing.T) {
+			if raceEnabled && v.N > 3 {
+				t.Skip("hundreds of thousands of states, minutes under -race; the root package's TestCheckVariants checks it")
+			}
 			code, stdout, stderr := runCmd(t, "-variant", v.Name, "-json")
 			require.Equal(t, 1, code, stderr)
 			var r struct {
