@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 
+	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/dmutex/dmutex"
@@ -29,14 +30,28 @@ var errFrame = errors.New("dmutex: bad frame")
 
 // toWire encodes m for the wire.
 func toWire(m dmutex.Message) *wirepb.Message {
-	w := &wirepb.Message{
-		Kind:  wirepb.Kind(m.Kind),
-		From:  uint32(m.From),
-		To:    uint32(m.To),
-		Ts:    m.TS,
-		Ref:   m.Ref,
-		Fence: m.Fence,
-	}
+	w := new(wirepb.Message)
+	fillWire(w, m)
+	return w
+}
+
+// A msgFrame is a frame and its message in one allocation.
+type msgFrame struct {
+	f wirepb.Frame
+	m wirepb.Message
+}
+
+// newMsgFrame returns a frame that carries m.
+func newMsgFrame(m dmutex.Message) *wirepb.Frame {
+	mf := new(msgFrame)
+	fillWire(&mf.m, m)
+	mf.f.Msg = &mf.m
+	return &mf.f
+}
+
+// fillWire sets w, a zero wirepb.Message, to m.
+func fillWire(w *wirepb.Message, m dmutex.Message) {
+	w.Kind, w.From, w.To, w.Ts, w.Ref, w.Fence = wirepb.Kind(m.Kind), uint32(m.From), uint32(m.To), m.TS, m.Ref, m.Fence
 	if m.Token != nil {
 		w.Token = &wirepb.Token{Ln: append([]uint64(nil), m.Token.LN...)}
 		w.Token.Queue = make([]uint32, len(m.Token.Queue))
@@ -44,7 +59,6 @@ func toWire(m dmutex.Message) *wirepb.Message {
 			w.Token.Queue[i] = uint32(q)
 		}
 	}
-	return w
 }
 
 // fromWire decodes and checks a message that peer from sent to peer to, in
@@ -154,24 +168,39 @@ func unmarshalFrame(b []byte, f *wirepb.Frame, maxSize int) error {
 
 // frameCodec is the server's codec: protobuf, with the frame size limit
 // applied to the raw bytes before decoding, so that an oversized frame
-// fails the handler's Recv with a reason the transport logs.
+// fails the handler's Recv with a reason the transport logs. It speaks
+// gRPC's buffer-slice interface (encoding.CodecV2), so that a frame that
+// arrives in one piece is decoded in place, without a copy.
 type frameCodec struct{ maxSize int }
 
-func (frameCodec) Marshal(v any) ([]byte, error) {
+func (frameCodec) Marshal(v any) (mem.BufferSlice, error) {
 	m, ok := v.(proto.Message)
 	if !ok {
 		return nil, fmt.Errorf("dmutex: cannot encode %T", v)
 	}
-	return proto.Marshal(m)
+	b, err := proto.Marshal(m)
+	if err != nil {
+		return nil, err
+	}
+	return mem.BufferSlice{mem.SliceBuffer(b)}, nil
 }
 
-func (c frameCodec) Unmarshal(b []byte, v any) error {
-	if f, ok := v.(*wirepb.Frame); ok {
-		return unmarshalFrame(b, f, c.maxSize)
-	}
+func (c frameCodec) Unmarshal(data mem.BufferSlice, v any) error {
 	m, ok := v.(proto.Message)
 	if !ok {
 		return fmt.Errorf("dmutex: cannot decode into %T", v)
+	}
+	var b []byte
+	if len(data) == 1 {
+		b = data[0].ReadOnlyData()
+	} else {
+		buf := data.MaterializeToBuffer(mem.DefaultBufferPool())
+		defer buf.Free()
+		b = buf.ReadOnlyData()
+	}
+	// proto.Unmarshal copies what it keeps, so b may be reused after.
+	if f, ok := v.(*wirepb.Frame); ok {
+		return unmarshalFrame(b, f, c.maxSize)
 	}
 	return proto.Unmarshal(b, m)
 }

@@ -75,6 +75,8 @@ type Transport struct {
 	log   *slog.Logger
 	epoch uint64
 
+	ackDelay time.Duration // see ackDelay
+
 	recv chan dmutex.Message
 	out  []*outbox // by receiver id; nil at id
 	in   []*inlink // by sender id; nil at id
@@ -88,6 +90,7 @@ type Transport struct {
 	bmu      sync.Mutex
 	bchanged chan struct{} // closed and replaced when a barrier may have completed
 	round    uint32        // rounds of Barrier started
+	bwaiting atomic.Int32  // Barrier calls waiting for bchanged
 
 	sent, delivered, resent, refused atomic.Uint64
 
@@ -126,6 +129,13 @@ type inlink struct {
 	epoch   uint64     // sender's transport instance
 	last    uint64     // sequence number of the last frame delivered
 	barrier uint32     // highest barrier round received
+
+	// Copies of epoch and last that this transport's frames to the same
+	// peer carry as an acknowledgement, read without mu, which a delivery
+	// can hold for long. epoch is set once, before last moves: a restarted
+	// sender is refused.
+	ackEpoch, ackLast atomic.Uint64
+	carried           atomic.Uint64 // highest ackLast a frame has carried to the sender
 }
 
 // Stats counts what a transport did.
@@ -190,6 +200,7 @@ func New(id int, addrs []string, opts ...Option) (*Transport, error) {
 		id: id, n: n, addrs: slices.Clone(addrs), opt: o,
 		log:      o.log.With("peer", id),
 		epoch:    binary.LittleEndian.Uint64(eb[:]) | 1,
+		ackDelay: ackDelay,
 		recv:     make(chan dmutex.Message, recvBuffer),
 		out:      make([]*outbox, n),
 		in:       make([]*inlink, n),
@@ -207,7 +218,7 @@ func New(id int, addrs []string, opts ...Option) (*Transport, error) {
 		// gRPC's own limit only keeps a huge frame out of memory; the codec
 		// refuses anything above maxFrame with an error the handler logs.
 		grpc.MaxRecvMsgSize(max(4*o.maxFrame, 1<<20)),
-		grpc.ForceServerCodec(frameCodec{maxSize: o.maxFrame}),
+		grpc.ForceServerCodecV2(frameCodec{maxSize: o.maxFrame}),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
 		grpc.ConnectionTimeout(handshakeTimeout),
 		grpc.StaticStreamWindowSize(windowSize),
@@ -292,11 +303,11 @@ func (t *Transport) Send(to int, m dmutex.Message) error {
 	if to < 0 || to >= t.n || to == t.id {
 		return fmt.Errorf("dmutex: send from peer %d to peer %d of [0, %d)", t.id, to, t.n)
 	}
-	w := toWire(m)
-	if _, err := fromWire(w, t.id, to, t.n); err != nil {
+	f := newMsgFrame(m)
+	if _, err := fromWire(f.Msg, t.id, to, t.n); err != nil {
 		return fmt.Errorf("dmutex: send from peer %d to peer %d: %w", t.id, to, err)
 	}
-	if err := t.enqueue(t.out[to], &wirepb.Frame{Msg: w}); err != nil {
+	if err := t.enqueue(t.out[to], f); err != nil {
 		return err
 	}
 	t.sent.Add(1)
@@ -469,6 +480,7 @@ func (t *Transport) session(o *outbox) (err error) {
 		}
 	}()
 
+	in := t.in[o.to]
 	var batch []*wirepb.Frame
 	for {
 		o.mu.Lock()
@@ -479,9 +491,18 @@ func (t *Transport) session(o *outbox) (err error) {
 		batch = append(batch[:0], o.queue[sent-o.acked:]...)
 		o.mu.Unlock()
 		for i, f := range batch {
+			// Acknowledge what o's peer sent us on the way, so that its
+			// receiver need not send a separate Ack.
+			ackEpoch, ackLast := in.ackEpoch.Load(), in.ackLast.Load()
+			if ackEpoch != 0 && ackLast != 0 {
+				f.AckEpoch, f.Ack = ackEpoch, ackLast
+			}
 			if err := stream.Send(f); err != nil {
 				clear(batch)
 				return err
+			}
+			if f.Ack != 0 {
+				atomicMax(&in.carried, f.Ack)
 			}
 			sent = f.Seq
 			if sent <= resend {
@@ -520,22 +541,42 @@ func (t *Transport) readAcks(stream wirepb.Link_ConnectClient, o *outbox) error 
 			}
 			return err
 		}
-		o.mu.Lock()
-		if a.GetSeq() < o.acked || a.GetSeq() >= o.next {
-			o.mu.Unlock()
-			return fmt.Errorf("dmutex: peer %d acknowledged frame %d, want %d to %d", o.to, a.GetSeq(), o.acked, o.next-1)
+		if err := t.applyAck(o, a.GetSeq()); err != nil {
+			return err
 		}
-		k := int(a.GetSeq() - o.acked)
-		clear(o.queue[:k])
-		o.queue = o.queue[k:]
-		o.acked = a.GetSeq()
-		o.mu.Unlock()
-		t.changed()
 	}
+}
+
+// applyAck lets o forget the frames up to seq, which its peer delivered.
+// An acknowledgement of what was already acknowledged changes nothing;
+// one of a frame not yet queued is an error.
+func (t *Transport) applyAck(o *outbox, seq uint64) error {
+	o.mu.Lock()
+	if seq >= o.next {
+		o.mu.Unlock()
+		return fmt.Errorf("dmutex: peer %d acknowledged frame %d, but only %d were queued", o.to, seq, o.next-1)
+	}
+	if seq <= o.acked {
+		o.mu.Unlock()
+		return nil
+	}
+	// Move the rest to the front, so that the queue's array is reused
+	// rather than re-grown as frames come and go.
+	k := int(seq - o.acked)
+	rest := copy(o.queue, o.queue[k:])
+	clear(o.queue[rest:])
+	o.queue = o.queue[:rest]
+	o.acked = seq
+	o.mu.Unlock()
+	t.changed()
+	return nil
 }
 
 // changed wakes Barrier callers to check again.
 func (t *Transport) changed() {
+	if t.bwaiting.Load() == 0 {
+		return // a Barrier that starts waiting checks before it waits
+	}
 	t.bmu.Lock()
 	close(t.bchanged)
 	t.bchanged = make(chan struct{})
@@ -595,6 +636,8 @@ func (t *Transport) Barrier(ctx context.Context) error {
 		}
 		marks[j] = f.Seq
 	}
+	t.bwaiting.Add(1)
+	defer t.bwaiting.Add(-1)
 	for {
 		t.bmu.Lock()
 		ch := t.bchanged
@@ -644,11 +687,13 @@ type linkServer struct {
 var errStop = errors.New("dmutex: transport closed")
 
 // ackDelay is how long a receiver may sit on an acknowledgement of
-// protocol messages. Acknowledgements only let the sender forget frames,
-// so nothing waits for them but memory and Barrier, whose markers are
-// acknowledged at once; one per millisecond at most, instead of one per
-// frame, halves the writes of a busy link.
-const ackDelay = time.Millisecond
+// protocol messages before it sends a separate Ack. Acknowledgements only
+// let the sender forget frames, so nothing waits for them but memory and
+// Barrier, whose markers are acknowledged at once. Most acknowledgements
+// travel on the frames the other way within that time (a reply carries
+// the acknowledgement of its request, the next request that of the
+// reply), which saves a write per message.
+var ackDelay = 10 * time.Millisecond // a variable for tests; New copies it
 
 // An inStream is the receiving end of one stream from another peer. Its
 // reader goroutine receives, checks and delivers the frames; the stream
@@ -690,28 +735,28 @@ func (is *inStream) acknowledge() error {
 	t := is.t
 	var sent uint64 // highest sequence number acknowledged
 	acked := false  // whether any acknowledgement went out
-	ack := func() error {
+	ack := func(force bool) error {
 		last := is.last.Load()
-		if acked && last <= sent {
-			return nil
+		if acked && !force && (last <= sent || last <= is.carried()) {
+			return nil // acknowledged already, here or on a frame the other way
 		}
 		sent, acked = last, true
 		return is.stream.Send(&wirepb.Ack{Seq: last})
 	}
-	timer := time.NewTimer(ackDelay)
+	timer := time.NewTimer(t.ackDelay)
 	timer.Stop()
 	defer timer.Stop()
 	for {
 		select {
 		case <-is.kick:
-			timer.Reset(ackDelay)
+			timer.Reset(t.ackDelay)
 		case <-timer.C:
 			is.armed.Store(false) // before reading last: a later delivery arms again
-			if err := ack(); err != nil {
+			if err := ack(false); err != nil {
 				return t.streamEnd(is.from, err)
 			}
 		case r := <-is.now:
-			if err := ack(); err != nil {
+			if err := ack(true); err != nil {
 				return t.streamEnd(is.from, err)
 			}
 			if r != 0 {
@@ -721,8 +766,28 @@ func (is *inStream) acknowledge() error {
 			return err
 		case <-t.done:
 			// Flush what was delivered, so the sender can forget it.
-			_ = ack()
+			_ = ack(false)
 			return nil
+		}
+	}
+}
+
+// carried returns the highest sequence number of this stream's sender
+// that frames the other way have acknowledged.
+func (is *inStream) carried() uint64 {
+	in := is.t.in[is.from]
+	if in.ackEpoch.Load() != is.epoch {
+		return 0
+	}
+	return in.carried.Load()
+}
+
+// atomicMax raises a to v if v is larger.
+func atomicMax(a *atomic.Uint64, v uint64) {
+	for {
+		old := a.Load()
+		if v <= old || a.CompareAndSwap(old, v) {
+			return
 		}
 	}
 }
@@ -796,6 +861,8 @@ func (is *inStream) read() error {
 	if epoch != in.epoch {
 		// The first stream of this sender process: start where it says.
 		in.epoch, in.last, in.barrier = epoch, h.GetFirstSeq()-1, 0
+		in.ackEpoch.Store(epoch)
+		in.ackLast.Store(in.last)
 	} else if h.GetFirstSeq() > in.last+1 {
 		in.mu.Unlock()
 		return refuse(codes.InvalidArgument, fmt.Errorf("%w: stream resumes at frame %d, but frame %d is missing", errFrame, h.GetFirstSeq(), in.last+1))
@@ -806,14 +873,19 @@ func (is *inStream) read() error {
 		return nil
 	}
 
+	f = new(wirepb.Frame) // reused: each frame is decoded into it and copied out
 	for {
-		f, err := is.stream.Recv()
-		if err != nil {
+		if err := is.stream.RecvMsg(f); err != nil {
 			return t.streamEnd(from, err)
 		}
 		m, isMsg, err := checkBody(f, from, t.id, t.n)
 		if err != nil {
 			return refuse(codes.InvalidArgument, err)
+		}
+		if f.GetAckEpoch() == t.epoch && f.GetAck() != 0 {
+			if err := t.applyAck(t.out[from], f.GetAck()); err != nil {
+				return refuse(codes.InvalidArgument, fmt.Errorf("%w: %v", errFrame, err))
+			}
 		}
 		seq := f.GetSeq()
 		in.mu.Lock()
@@ -842,6 +914,7 @@ func (is *inStream) read() error {
 			}
 		}
 		in.last = seq
+		in.ackLast.Store(seq)
 		in.mu.Unlock()
 		is.last.Store(seq)
 		if !isMsg {

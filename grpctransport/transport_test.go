@@ -299,7 +299,8 @@ func TestBarrier(t *testing.T) {
 // case claims to be its own peer, 2 or more, none of which runs, so that
 // no case looks like a restart of another's sender.
 func TestMalformedFrames(t *testing.T) {
-	const n = 2 + 14 // peers 0 and 1, and one claimed by each case
+	const n = 2 + 15  // peers 0 and 1, and one claimed by each case
+	var epoch0 uint64 // peer 0's epoch, once it runs
 	enc := func(f *wirepb.Frame) []byte {
 		b, err := proto.Marshal(f)
 		require.NoError(t, err)
@@ -363,6 +364,11 @@ func TestMalformedFrames(t *testing.T) {
 			f.Barrier = 1
 			return [][]byte{hello(from, nil), enc(f)}
 		}, codes.InvalidArgument},
+		{"acknowledgement of frames never sent", func(from uint32) [][]byte {
+			f := good(from, 1)
+			f.Ack, f.AckEpoch = 1000, epoch0
+			return [][]byte{hello(from, nil), enc(f)}
+		}, codes.InvalidArgument},
 		{"gap in sequence numbers", func(from uint32) [][]byte {
 			return [][]byte{hello(from, nil), enc(good(from, 1)), enc(good(from, 3))}
 		}, codes.InvalidArgument},
@@ -377,6 +383,7 @@ func TestMalformedFrames(t *testing.T) {
 	tr0, err := New(0, addrs, WithListener(ls[0]), Insecure(), fastRetry, WithMaxFrameSize(1024), WithLogger(logs.logger()))
 	require.NoError(t, err)
 	defer func() { require.NoError(t, tr0.Close()) }()
+	epoch0 = tr0.epoch
 	tr1, err := New(1, addrs, WithListener(ls[1]), Insecure(), fastRetry, quiet)
 	require.NoError(t, err)
 	defer func() { require.NoError(t, tr1.Close()) }()
@@ -554,4 +561,31 @@ func TestClusterMismatch(t *testing.T) {
 			wg.Wait()
 		})
 	}
+}
+
+// TestAcksRideOnFrames turns separate acknowledgements off (their delay is
+// an hour): the frames peer 0 sends back must carry the acknowledgement of
+// what peer 1 sent, so that peer 1 forgets its frames.
+func TestAcksRideOnFrames(t *testing.T) {
+	d := ackDelay
+	ackDelay = time.Hour
+	trs := startTransports(t, 2, insecureOpts)
+	ackDelay = d
+	// A barrier opens both streams and has their hellos and markers
+	// acknowledged, which would cover messages delivered meanwhile.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	for _, tr := range trs {
+		wg.Go(func() { assert.NoError(t, tr.Barrier(ctx)) })
+	}
+	wg.Wait()
+	for ts := uint64(1); ts <= 5; ts++ {
+		require.NoError(t, trs[1].Send(0, msg(1, 0, ts)))
+	}
+	requireInOrder(t, receive(t, trs[0], 5, 10*time.Second), []int{1}, 5)
+	require.Equal(t, 5, trs[1].unacked(0), "acknowledged without a frame back")
+	require.NoError(t, trs[0].Send(1, msg(0, 1, 1)))
+	receive(t, trs[1], 1, 10*time.Second)
+	require.Eventually(t, func() bool { return trs[1].unacked(0) == 0 }, 10*time.Second, time.Millisecond)
 }
