@@ -469,11 +469,24 @@ func (t *Transport) session(o *outbox) (err error) {
 		Algorithm: t.opt.alg, Options: t.opt.algOptions,
 	}}
 	if err := stream.Send(hello); err != nil {
+		if errors.Is(err, io.EOF) {
+			_, err = stream.Recv() // the stream ended: Recv says why
+		}
 		return err
 	}
 	acks := make(chan error, 1)
 	go func() { acks <- t.readAcks(stream, o) }()
 	defer func() {
+		if errors.Is(err, io.EOF) {
+			// Send found the stream ended, perhaps refused: readAcks gets
+			// the reason from Recv, unless a cancel comes first. A peer
+			// that refused this one may exit right after, so this may be
+			// the only chance to learn why.
+			if e := <-acks; e != nil {
+				err = e
+			}
+			acks <- nil
+		}
 		cancel()
 		if e := <-acks; err == nil {
 			err = e
@@ -710,6 +723,7 @@ type inStream struct {
 	kick  chan struct{} // buffered 1: armed became true
 	now   chan uint32   // a barrier round (or 0 for the hello) to acknowledge at once
 	end   chan error    // buffered 1: the reader's result
+	fatal error         // set by the reader before end when it refused the stream for good
 }
 
 // Connect serves one stream from another peer.
@@ -763,6 +777,11 @@ func (is *inStream) acknowledge() error {
 				is.barrierSeen(r)
 			}
 		case err := <-is.end:
+			if is.fatal != nil {
+				// Give up only now: a Barrier that returns at this and
+				// closes the transport must not cut the refusal off.
+				t.fail(is.fatal)
+			}
 			return err
 		case <-t.done:
 			// Flush what was delivered, so the sender can forget it.
@@ -844,7 +863,7 @@ func (is *inStream) read() error {
 	epoch := h.GetEpoch()
 	is.from, is.epoch = from, epoch
 	if err := t.sameCluster(h); err != nil {
-		t.fail(err)
+		is.fatal = err
 		return refuse(codes.FailedPrecondition, err)
 	}
 	in.mu.Lock()
@@ -855,7 +874,7 @@ func (is *inStream) read() error {
 		// and tokens, and a token holder could create a second token.
 		err := fmt.Errorf("dmutex: peer %d restarted (its transport is a new process) while peer %d had heard from its previous process: "+
 			"a restarted peer has lost its protocol state and cannot rejoin; restart the whole cluster", from, t.id)
-		t.fail(err)
+		is.fatal = err
 		return refuse(codes.FailedPrecondition, err)
 	}
 	if epoch != in.epoch {

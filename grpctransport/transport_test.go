@@ -526,7 +526,8 @@ func TestDeliveredNeverBehindRecv(t *testing.T) {
 
 // TestClusterMismatch starts peers that disagree on the algorithm or its
 // options: each side's Barrier fails with an error naming both, instead
-// of waiting for a cluster that can never work.
+// of waiting for a cluster that can never work, even when the other side
+// closes as soon as it knows.
 func TestClusterMismatch(t *testing.T) {
 	tests := []struct {
 		name       string
@@ -553,6 +554,9 @@ func TestClusterMismatch(t *testing.T) {
 			for _, tr := range trs {
 				wg.Go(func() {
 					err := tr.Barrier(ctx)
+					// Leave at once, as dmutexpeer does: the other side must
+					// have learnt why from the refusal already.
+					assert.NoError(t, tr.Close())
 					assert.ErrorContains(t, err, "cluster mismatch")
 					assert.ErrorContains(t, err, tt.want0)
 					assert.ErrorContains(t, err, tt.want1)

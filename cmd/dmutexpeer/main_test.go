@@ -323,9 +323,14 @@ func TestAlgorithmMismatch(t *testing.T) {
 				<-done
 				for id := range 2 {
 					assert.Equal(t, 1, codes[id], "peer %d: %s", id, outs[id])
-					assert.Contains(t, outs[id].String(), "cluster mismatch", "peer %d", id)
-					assert.Contains(t, outs[id].String(), "runs "+a.String()+" with n=2", "peer %d", id)
-					assert.Contains(t, outs[id].String(), "runs "+b.String()+" with n=2", "peer %d", id)
+					// The error the run ends with, not only a log line, names
+					// the mismatch: a peer that timed out would say so here.
+					lines := strings.Split(strings.TrimSpace(outs[id].String()), "\n")
+					last := lines[len(lines)-1]
+					assert.Contains(t, last, fmt.Sprintf("dmutexpeer: peer %d: waiting for the other peers: ", id))
+					assert.Contains(t, last, "cluster mismatch", "peer %d", id)
+					assert.Contains(t, last, "runs "+a.String()+" with n=2", "peer %d", id)
+					assert.Contains(t, last, "runs "+b.String()+" with n=2", "peer %d", id)
 				}
 			})
 		}
