@@ -1,0 +1,423 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+	"github.com/dmutex/dmutex"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// The browser tests drive the page in headless Chromium (Debian's
+// package; .ci/run installs it) and compare what it shows with what the
+// library gives for the same choices. They skip when Chromium is missing.
+
+var screenshot = flag.String("dmutexlab.screenshot", os.Getenv("DMUTEXLAB_SCREENSHOT"),
+	"save a screenshot of the lab to this PNG file (such as ../../docs/dmutexlab.png)")
+
+// One Chromium serves every browser test of the binary, a tab each.
+var browser struct {
+	once    sync.Once
+	ctx     context.Context
+	cancel  func()
+	skipped string
+}
+
+func chromiumPath() string {
+	if p := os.Getenv("DMUTEXLAB_CHROMIUM"); p != "" {
+		return p
+	}
+	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	return ""
+}
+
+func closeBrowser() {
+	if browser.cancel != nil {
+		browser.cancel()
+	}
+}
+
+// tab opens a fresh tab on a shared headless Chromium, or skips the test.
+func tab(t *testing.T) context.Context {
+	t.Helper()
+	browser.once.Do(startBrowser)
+	if browser.skipped != "" {
+		t.Skip(browser.skipped)
+	}
+	ctx, cancel := chromedp.NewContext(browser.ctx)
+	t.Cleanup(cancel)
+	require.NoError(t, chromedp.Do(ctx)) // opens the tab, for as long as ctx lives
+	// Generous: every wait below is for a condition, never for a time.
+	ctx, tcancel := context.WithTimeout(ctx, 120*time.Second)
+	t.Cleanup(tcancel)
+	return ctx
+}
+
+func startBrowser() {
+	path := chromiumPath()
+	if path == "" {
+		browser.skipped = "chromium is not installed (apt-get install chromium); browser tests skipped"
+		return
+	}
+	dir, err := os.MkdirTemp("", "dmutexlab-chromium-")
+	if err != nil {
+		browser.skipped = err.Error()
+		return
+	}
+	opts := []chromedp.ExecAllocatorOption{
+		chromedp.ExecPath(path),
+		chromedp.Headless,
+		chromedp.NoSandbox,
+		chromedp.DisableGPU,
+		chromedp.NoFirstRun,
+		chromedp.NoDefaultBrowserCheck,
+		chromedp.UserDataDir(dir),
+		chromedp.WindowSize(1400, 900),
+		chromedp.Flag("disable-quic", true),
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+		chromedp.Flag("disable-extensions", true),
+		chromedp.Flag("disable-dev-shm-usage", true),
+	}
+	actx, acancel := chromedp.NewExecAllocator(context.Background(), opts...)
+	bctx, bcancel := chromedp.NewContext(actx)
+	// Start the browser now. Its lifetime is that of the context of this
+	// first call, so it takes no timeout.
+	if err := chromedp.Do(bctx); err != nil {
+		bcancel()
+		acancel()
+		os.RemoveAll(dir)
+		browser.skipped = "chromium did not start: " + err.Error()
+		return
+	}
+	browser.ctx = bctx
+	browser.cancel = func() {
+		bcancel()
+		acancel() // waits for the browser to exit
+		os.RemoveAll(dir)
+	}
+}
+
+// waitQuery waits until the page has drawn the run whose state is query.
+func waitQuery(query string) chromedp.Action[chromedp.Void] {
+	return poll(fmt.Sprintf("document.body.dataset.query === %q", query))
+}
+
+// poll waits until the expression is true in the page, for at most a
+// generous 90 seconds.
+func poll(expr string) chromedp.Action[chromedp.Void] {
+	p := chromedp.Poll[bool](expr, chromedp.WithPollingInterval(20*time.Millisecond), chromedp.WithPollingTimeout(90*time.Second))
+	return func(ctx context.Context, t *chromedp.Target) (chromedp.Void, error) {
+		_, err := p(ctx, t)
+		return chromedp.Void{}, err
+	}
+}
+
+func stateQuery(alg dmutex.Algorithm, n int, seed int64, choices ...string) string {
+	return (&state{Alg: alg, N: n, Seed: seed, Choices: choices}).query()
+}
+
+// What the page shows, read from its DOM.
+type shown struct {
+	Msgs []struct {
+		Seq   uint64 `json:"seq"`
+		State string `json:"state"`
+		From  int    `json:"from"`
+		To    int    `json:"to"`
+		Kind  string `json:"kind"`
+	} `json:"msgs"`
+	Deliverable []uint64 `json:"deliverable"`
+	CS          int      `json:"cs"`
+	Peers       []struct {
+		Status string      `json:"status"`
+		Fields [][2]string `json:"fields"`
+	} `json:"peers"`
+}
+
+const readShown = `({
+  msgs: [...document.querySelectorAll('#diagram g.msg-g')].map(g => ({seq: +g.dataset.seq, state: g.dataset.state,
+    from: +g.dataset.from, to: +g.dataset.to, kind: g.dataset.kind})),
+  deliverable: [...document.querySelectorAll('#diagram g.head.deliverable')].map(g => +g.dataset.seq),
+  cs: document.querySelectorAll('#diagram rect.cs').length,
+  peers: [...document.querySelectorAll('#peers .peer')].map(c => ({status: c.dataset.status,
+    fields: [...c.querySelectorAll('tr')].map(tr => [tr.dataset.field, tr.querySelector('.value').textContent])})),
+})`
+
+// assertMatches checks the page against the world of a reference
+// simulation given the same choices.
+func assertMatches(t *testing.T, ctx context.Context, w *dmutex.World, step string) {
+	t.Helper()
+	got, err := chromedp.Run(ctx, chromedp.Evaluate[shown](readShown))
+	require.NoError(t, err)
+	// The diagram: every message sent, delivered or still pending, from
+	// its sender to its receiver.
+	inFlight := map[uint64]bool{}
+	for _, m := range w.Messages() {
+		inFlight[m.Seq] = true
+	}
+	want := []string{}
+	entries := 0
+	for _, e := range w.Events() {
+		switch e.Kind {
+		case dmutex.EventSend:
+			state := "delivered"
+			if inFlight[e.Seq] {
+				state = "pending"
+			}
+			want = append(want, fmt.Sprintf("m%d %s P%d->P%d %s", e.Seq, e.Msg.Kind, e.Msg.From, e.Msg.To, state))
+		case dmutex.EventEnter:
+			entries++
+		}
+	}
+	have := []string{}
+	for _, m := range got.Msgs {
+		have = append(have, fmt.Sprintf("m%d %s P%d->P%d %s", m.Seq, m.Kind, m.From, m.To, m.State))
+	}
+	assert.Equal(t, want, have, "%s: the diagram's messages", step)
+	assert.Equal(t, entries, got.CS, "%s: the diagram's critical sections", step)
+	heads := []uint64{}
+	for _, tr := range w.Transitions() {
+		if tr.Kind == dmutex.TransDeliver {
+			heads = append(heads, tr.Seq)
+		}
+	}
+	slices.Sort(heads)
+	slices.Sort(got.Deliverable)
+	if got.Deliverable == nil {
+		got.Deliverable = []uint64{}
+	}
+	assert.Equal(t, heads, got.Deliverable, "%s: the messages a click delivers", step)
+	// The state panels.
+	require.Len(t, got.Peers, w.N(), step)
+	for p := range w.N() {
+		ps := w.Peer(p)
+		status := "idle"
+		switch {
+		case ps.Crashed:
+			status = "crashed"
+		case ps.Inside:
+			status = "inside"
+		case ps.Waiting:
+			status = "waiting"
+		}
+		assert.Equal(t, status, got.Peers[p].Status, "%s: P%d's status", step, p)
+		var fields [][2]string
+		for _, f := range w.Describe(p) {
+			fields = append(fields, [2]string{f.Name, f.Value})
+		}
+		assert.Equal(t, fields, got.Peers[p].Fields, "%s: P%d's state", step, p)
+	}
+}
+
+// TestBrowserByHand: choose Ricart-Agrawala with three peers, make two
+// of them request, and deliver messages by clicking them on the diagram;
+// after every click the diagram and the state panels are the World's
+// for the same choices. Then the run's shared URL, opened in a new tab,
+// draws the same diagram, and back and a jump replay to earlier steps.
+func TestBrowserByHand(t *testing.T) {
+	ctx := tab(t)
+	srv := httptest.NewServer(newHandler())
+	defer srv.Close()
+	const seed = 4
+	q := func(choices ...string) string { return stateQuery(dmutex.RicartAgrawala, 3, seed, choices...) }
+	require.NoError(t, chromedp.Do(ctx,
+		chromedp.Navigate(srv.URL+"/?alg=token-ring&n=5"),
+		chromedp.WaitVisible(chromedp.CSS(`body[data-ready="1"]`)),
+		chromedp.SetValue(chromedp.CSS("#alg"), "ricart-agrawala"),
+		chromedp.SetValue(chromedp.CSS("#n"), "3"),
+		chromedp.SetValue(chromedp.CSS("#seed"), strconv.Itoa(seed)),
+		chromedp.Click(chromedp.CSS("#apply")),
+		waitQuery(q()),
+	))
+	var choices []string
+	sim, err := dmutex.NewSimulation(dmutex.RicartAgrawala, 3, dmutex.WithSeed(seed))
+	require.NoError(t, err)
+	w := sim.World()
+	for _, p := range []int{0, 2} {
+		choices = append(choices, "r"+strconv.Itoa(p))
+		require.NoError(t, chromedp.Do(ctx,
+			chromedp.Click(chromedp.CSS(fmt.Sprintf(`.peer[data-peer="%d"] button.request`, p))),
+			waitQuery(q(choices...))))
+		require.NoError(t, sim.Request(p))
+		assertMatches(t, ctx, w, strings.Join(choices, "."))
+	}
+	clicks := 0
+	for ; clicks < 20; clicks++ {
+		// Deliver the newest deliverable message, so that older ones stay
+		// pending a while; when nothing is in flight, the peer inside
+		// leaves.
+		var next dmutex.Transition
+		found := false
+		for _, tr := range w.Transitions() {
+			if tr.Kind == dmutex.TransDeliver && (!found || tr.Seq > next.Seq) {
+				next, found = tr, true
+			}
+		}
+		sel := ""
+		if found {
+			sel = fmt.Sprintf(`#diagram g.head.deliverable[data-seq="%d"]`, next.Seq)
+		} else {
+			for _, tr := range w.Transitions() {
+				if tr.Kind == dmutex.TransLeave {
+					next, found = tr, true
+					sel = fmt.Sprintf(`.peer[data-peer="%d"] button.leave`, tr.Peer)
+				}
+			}
+		}
+		if !found {
+			break
+		}
+		choices = append(choices, next.ID())
+		require.NoError(t, chromedp.Do(ctx,
+			chromedp.Click(chromedp.CSS(sel)),
+			waitQuery(q(choices...))), "click %s", sel)
+		_, err := w.Apply(next)
+		require.NoError(t, err)
+		assertMatches(t, ctx, w, strings.Join(choices, "."))
+	}
+	require.Less(t, clicks, 20, "the run should have come to rest")
+	assert.Equal(t, uint64(2), w.Stats().Entries)
+
+	// Share: the link reopens the same run, the same diagram.
+	href, err := chromedp.Run(ctx, chromedp.AttributeValue(chromedp.CSS("#share"), "href"))
+	require.NoError(t, err)
+	link := href.Value
+	svg, err := chromedp.Run(ctx, chromedp.OuterHTML(chromedp.CSS("#diagram")))
+	require.NoError(t, err)
+	require.True(t, strings.HasPrefix(link, "?"), link)
+	ctx2, cancel := chromedp.NewContext(browser.ctx)
+	defer cancel()
+	require.NoError(t, chromedp.Do(ctx2))
+	require.NoError(t, chromedp.Do(ctx2,
+		chromedp.Navigate(srv.URL+"/"+link),
+		chromedp.WaitVisible(chromedp.CSS(`body[data-ready="1"]`)),
+		waitQuery(q(choices...))))
+	svg2, err := chromedp.Run(ctx2, chromedp.OuterHTML(chromedp.CSS("#diagram")))
+	require.NoError(t, err)
+	assert.Equal(t, svg, svg2, "the shared URL draws the same diagram")
+	assertMatches(t, ctx2, w, "shared URL")
+
+	// Back, and a jump to an earlier step, replay to there.
+	require.NoError(t, chromedp.Do(ctx2,
+		chromedp.Click(chromedp.CSS("#back")),
+		waitQuery(q(choices[:len(choices)-1]...)),
+		chromedp.Click(chromedp.CSS(`#steps li[data-tick="3"]`)),
+		waitQuery(q(choices[:3]...))))
+	assertMatches(t, ctx2, reference(t, dmutex.RicartAgrawala, 3, seed, choices[:3]).World(), "jump to step 3")
+}
+
+// TestBrowserPlay: a seeded run played to the end shows the counts that
+// Stats gives for the same seed.
+func TestBrowserPlay(t *testing.T) {
+	ctx := tab(t)
+	srv := httptest.NewServer(newHandler())
+	defer srv.Close()
+	const seed = 7
+	require.NoError(t, chromedp.Do(ctx,
+		chromedp.Navigate(srv.URL+"/?alg=ricart-agrawala&n=3&seed="+strconv.Itoa(seed)),
+		chromedp.WaitVisible(chromedp.CSS(`body[data-ready="1"]`)),
+		chromedp.Click(chromedp.CSS("#all-request")),
+		waitQuery(stateQuery(dmutex.RicartAgrawala, 3, seed, "r0", "r1", "r2")),
+		chromedp.SetValue(chromedp.CSS("#speed"), "20"),
+		chromedp.Click(chromedp.CSS("#play")),
+		poll(`document.querySelector('#status').textContent.includes('nothing left to deliver') &&
+			document.querySelector('#play').textContent.includes('play')`),
+	))
+	counts, err := chromedp.Run(ctx, chromedp.Evaluate[map[string]string](`Object.fromEntries(
+		[...document.querySelectorAll('#counts tr[data-kind], #total, #entries')].map(tr =>
+			[tr.dataset.kind || tr.id, tr.querySelector('.sent').textContent]))`))
+	require.NoError(t, err)
+
+	sim, err := dmutex.NewSimulation(dmutex.RicartAgrawala, 3, dmutex.WithSeed(seed))
+	require.NoError(t, err)
+	for p := range 3 {
+		require.NoError(t, sim.Request(p))
+	}
+	require.NoError(t, sim.Run())
+	st := sim.Stats()
+	require.Equal(t, uint64(3), st.Entries)
+	assert.Equal(t, strconv.FormatUint(st.Entries, 10), counts["entries"])
+	assert.Equal(t, strconv.FormatUint(st.Messages, 10), counts["total"])
+	for k, v := range st.ByKind {
+		assert.Equal(t, strconv.FormatUint(v, 10), counts[k], k)
+	}
+	for k, v := range counts {
+		if k != "entries" && k != "total" {
+			assert.Equal(t, strconv.FormatUint(st.ByKind[k], 10), v, k)
+		}
+	}
+}
+
+// TestBrowserCounterexample: the check button loads the model checker's
+// counterexample for a variant, and the page highlights the violation and
+// the steps that led to it.
+func TestBrowserCounterexample(t *testing.T) {
+	ctx := tab(t)
+	srv := httptest.NewServer(newHandler())
+	defer srv.Close()
+	res, err := dmutex.Check(context.Background(), dmutex.CheckConfig{Variant: "ricart-agrawala-tie-reply"})
+	require.NoError(t, err)
+	require.NotNil(t, res.Violation)
+	steps := len(res.Violation.Transitions)
+	require.NoError(t, chromedp.Do(ctx,
+		chromedp.Navigate(srv.URL+"/"),
+		chromedp.WaitVisible(chromedp.CSS(`body[data-ready="1"]`)),
+		chromedp.SetValue(chromedp.CSS("#variant"), "ricart-agrawala-tie-reply"),
+		chromedp.Evaluate[chromedp.Void](`document.querySelector('#variant').dispatchEvent(new Event('change')), undefined`),
+		chromedp.Click(chromedp.CSS("#apply")),
+		poll(`(document.body.dataset.query || '').includes('variant=ricart-agrawala-tie-reply')`),
+		chromedp.Click(chromedp.CSS("#check")),
+		chromedp.WaitVisible(chromedp.CSS("#violation")),
+	))
+	banner, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS("#violation")))
+	require.NoError(t, err)
+	count := func(sel string) int {
+		n, err := chromedp.Run(ctx, chromedp.Evaluate[int](fmt.Sprintf("document.querySelectorAll(%q).length", sel)))
+		require.NoError(t, err)
+		return n
+	}
+	cause, broke, brokeCols := count("#steps li.cause"), count("#steps li.broke"), count("#diagram rect.broke")
+	assert.Contains(t, banner, "Violation at step "+strconv.Itoa(steps))
+	_, what, _ := strings.Cut(res.Violation.Message, ": step 6: ")
+	assert.Contains(t, banner, what)
+	assert.Equal(t, steps, cause, "every step of the counterexample is highlighted")
+	assert.Equal(t, 1, broke, "the step that broke the promise stands out")
+	assert.Equal(t, 1, brokeCols, "and so does its column on the diagram")
+}
+
+// TestScreenshot saves a picture of the lab mid-run, for the README:
+//
+//	go test ./cmd/dmutexlab -run TestScreenshot -dmutexlab.screenshot $PWD/docs/dmutexlab.png
+func TestScreenshot(t *testing.T) {
+	if *screenshot == "" {
+		t.Skip("no -dmutexlab.screenshot file (or DMUTEXLAB_SCREENSHOT) given")
+	}
+	ctx := tab(t)
+	srv := httptest.NewServer(newHandler())
+	defer srv.Close()
+	q := "alg=ricart-agrawala&n=3&seed=3&c=r0.r1.r2.a6"
+	require.NoError(t, chromedp.Do(ctx,
+		chromedp.EmulateViewport(1400, 860),
+		chromedp.Navigate(srv.URL+"/?"+q),
+		chromedp.WaitVisible(chromedp.CSS(`body[data-ready="1"]`))))
+	png, err := chromedp.Run(ctx, chromedp.CaptureScreenshot())
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(*screenshot, png, 0o644))
+}

@@ -1,0 +1,413 @@
+// Command dmutexlab is an explorer of dmutex's algorithms in the browser.
+// It serves one self-contained page on 127.0.0.1 and a JSON API over the
+// same World the simulator and the model checker drive: pick an
+// algorithm, make peers request, click a message in flight to deliver it,
+// crash a peer or cut the network, play a seeded run, or load the model
+// checker's counterexample for a broken variant. The page only draws; every
+// step is taken by the library, replayed from the configuration, the seed
+// and the choices that the page's URL holds, so a link reopens a run
+// exactly.
+//
+//	go run ./cmd/dmutexlab            # prints the URL to open
+//	go run ./cmd/dmutexlab -addr 127.0.0.1:8080
+package main
+
+import (
+	"context"
+	"embed"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"io/fs"
+	"log"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/signal"
+	"strings"
+	"time"
+
+	"github.com/dmutex/dmutex"
+)
+
+//go:embed static
+var static embed.FS
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	if err := serve(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
+		fmt.Fprintln(os.Stderr, "dmutexlab:", err)
+		os.Exit(2)
+	}
+}
+
+// serve serves until ctx ends.
+func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fl := flag.NewFlagSet("dmutexlab", flag.ContinueOnError)
+	fl.SetOutput(stderr)
+	addr := fl.String("addr", "127.0.0.1:0", "address to listen on; port 0 picks a free one")
+	if err := fl.Parse(args); err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", *addr)
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{Handler: newHandler(), ReadHeaderTimeout: 10 * time.Second}
+	fmt.Fprintf(stdout, "dmutexlab: open http://%s/\n", ln.Addr())
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	shut, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	err = srv.Shutdown(shut)
+	<-errc
+	return err
+}
+
+// newHandler serves the page and the API.
+func newHandler() http.Handler {
+	mux := http.NewServeMux()
+	sub, err := fs.Sub(static, "static")
+	if err != nil {
+		panic(err) // the embedded tree is part of the binary
+	}
+	mux.Handle("GET /", http.FileServerFS(sub))
+	mux.HandleFunc("GET /api/meta", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, meta())
+	})
+	mux.HandleFunc("GET /api/run", func(w http.ResponseWriter, r *http.Request) {
+		st, err := parseQuery(r)
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+		rn, err := replay(st)
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, rn.view())
+	})
+	mux.HandleFunc("GET /api/check", func(w http.ResponseWriter, r *http.Request) {
+		st, err := parseQuery(r)
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+		cx, res, err := checkState(r.Context(), st)
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+		out := checkView{Result: res}
+		if cx != nil {
+			out.Query = cx.query()
+		}
+		writeJSON(w, http.StatusOK, out)
+	})
+	return mux
+}
+
+type checkView struct {
+	Result *dmutex.CheckResult `json:"result"`
+	Query  string              `json:"query,omitempty"` // the counterexample's state, if any
+}
+
+// parseQuery reads the state from the request's query, refusing a query
+// that does not parse.
+func parseQuery(r *http.Request) (*state, error) {
+	q, err := urlParse(r.URL.RawQuery)
+	if err != nil {
+		return nil, bad("malformed state: %v", err)
+	}
+	return parseState(q)
+}
+
+func writeError(w http.ResponseWriter, err error) {
+	var br *badRequest
+	if errors.As(err, &br) {
+		writeJSON(w, http.StatusBadRequest, map[string]string{"error": br.msg})
+		return
+	}
+	log.Printf("dmutexlab: %v", err)
+	writeJSON(w, http.StatusInternalServerError, map[string]string{"error": err.Error()})
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(code)
+	enc := json.NewEncoder(w)
+	_ = enc.Encode(v)
+}
+
+// The API's views.
+
+type metaView struct {
+	Algorithms []algView     `json:"algorithms"`
+	Variants   []variantView `json:"variants"`
+	Deliveries []string      `json:"deliveries"`
+	MaxN       int           `json:"maxN"`
+}
+
+type algView struct {
+	Name      string `json:"name"`
+	NeedsFIFO bool   `json:"needsFIFO"`
+	Option    string `json:"option,omitempty"` // the option it takes: implicit, sets or tree
+}
+
+type variantView struct {
+	Name      string `json:"name"`
+	Algorithm string `json:"algorithm"`
+	Teaches   string `json:"teaches"`
+	N         int    `json:"n"`
+	Net       string `json:"net"`
+}
+
+func meta() metaView {
+	m := metaView{MaxN: maxN}
+	for _, a := range dmutex.Algorithms() {
+		av := algView{Name: a.String(), NeedsFIFO: a.NeedsFIFO()}
+		switch a {
+		case dmutex.RicartAgrawala:
+			av.Option = "implicit"
+		case dmutex.Maekawa:
+			av.Option = "sets"
+		case dmutex.Raymond:
+			av.Option = "tree"
+		}
+		m.Algorithms = append(m.Algorithms, av)
+	}
+	for _, v := range dmutex.Variants() {
+		net := dmutex.DeliverFIFO
+		if v.Network == dmutex.NetworkUnordered {
+			net = dmutex.DeliverReorder
+		}
+		m.Variants = append(m.Variants, variantView{v.Name, v.Algorithm.String(), v.Teaches, v.N, net.String()})
+	}
+	for _, d := range deliveries {
+		m.Deliveries = append(m.Deliveries, d.String())
+	}
+	return m
+}
+
+type runView struct {
+	Query     string      `json:"query"` // the state, canonical
+	Config    configView  `json:"config"`
+	Peers     []peerView  `json:"peers"`
+	InFlight  []msgView   `json:"inFlight"`
+	Events    []eventView `json:"events"`
+	Ticks     []tick      `json:"ticks"`
+	Counts    countsView  `json:"counts"`
+	Done      bool        `json:"done"` // the scheduler has nothing left to do
+	Violation *violation  `json:"violation"`
+	Blocked   string      `json:"blocked,omitempty"`
+	CX        int         `json:"cx"`
+}
+
+type configView struct {
+	Alg      string  `json:"alg"`
+	N        int     `json:"n"`
+	Seed     int64   `json:"seed"`
+	Net      string  `json:"net"`
+	Variant  string  `json:"variant"`
+	Implicit bool    `json:"implicit"`
+	Sets     string  `json:"sets"`
+	Tree     string  `json:"tree"`
+	Loss     float64 `json:"loss"`
+}
+
+type peerView struct {
+	ID      int            `json:"id"`
+	Status  string         `json:"status"` // idle, waiting, inside or crashed
+	Pending int            `json:"pending"`
+	Fields  []dmutex.Field `json:"fields"`
+	Leave   bool           `json:"canLeave"`
+}
+
+type msgView struct {
+	Seq         uint64 `json:"seq"`
+	Kind        string `json:"kind"`
+	From        int    `json:"from"`
+	To          int    `json:"to"`
+	Text        string `json:"text"`
+	Deliverable bool   `json:"deliverable"` // first on its channel: a click delivers it
+}
+
+type eventView struct {
+	Tick int    `json:"tick"` // the tick (column) it happened in
+	Kind string `json:"kind"`
+	Peer int    `json:"peer"`
+	Seq  uint64 `json:"seq,omitempty"`
+	Msg  string `json:"msg,omitempty"` // kind of the message
+	From int    `json:"from"`
+	To   int    `json:"to"`
+	Text string `json:"text,omitempty"`
+}
+
+type countsView struct {
+	Kinds    []kindCount `json:"kinds"`
+	Messages uint64      `json:"messages"`
+	Entries  uint64      `json:"entries"`
+	Theory   string      `json:"theory"` // the total per entry in closed form
+}
+
+type kindCount struct {
+	Kind   string `json:"kind"`
+	Sent   uint64 `json:"sent"`
+	Theory string `json:"theory"` // per entry, in closed form
+}
+
+func (r *run) view() runView {
+	w := r.sim.World()
+	st := r.st
+	v := runView{
+		Query: st.query(),
+		Config: configView{st.Alg.String(), st.N, st.Seed, st.Delivery.String(), st.Variant, st.Implicit,
+			st.Sets, st.Tree, st.Loss},
+		Ticks:     r.ticks,
+		Violation: r.violation,
+		Blocked:   r.blocked,
+		CX:        st.CX,
+		Done:      r.quiet(),
+	}
+	if v.Ticks == nil {
+		v.Ticks = []tick{}
+	}
+	enabled := map[string]bool{}
+	for _, t := range w.Transitions() {
+		enabled[t.ID()] = true
+	}
+	for p := range w.N() {
+		ps := w.Peer(p)
+		status := "idle"
+		switch {
+		case ps.Crashed:
+			status = "crashed"
+		case ps.Inside:
+			status = "inside"
+		case ps.Waiting:
+			status = "waiting"
+		}
+		fields := w.Describe(p)
+		if fields == nil {
+			fields = []dmutex.Field{}
+		}
+		v.Peers = append(v.Peers, peerView{p, status, ps.Pending, fields, enabled[fmt.Sprintf("l%d", p)]})
+	}
+	v.InFlight = []msgView{}
+	for _, m := range w.Messages() {
+		v.InFlight = append(v.InFlight, msgView{m.Seq, m.Msg.Kind.String(), m.Msg.From, m.Msg.To, msgText(m.Msg),
+			enabled[fmt.Sprintf("d%d", m.Seq)]})
+	}
+	evs := w.Events()
+	v.Events = []eventView{}
+	for ti, t := range r.ticks {
+		for _, e := range evs[t.Events[0]:t.Events[1]] {
+			ev := eventView{Tick: ti + 1, Kind: e.Kind.String(), Peer: e.Peer, Seq: e.Seq, From: -1, To: -1}
+			switch e.Kind {
+			case dmutex.EventSend, dmutex.EventReceive, dmutex.EventLost:
+				ev.Msg, ev.From, ev.To, ev.Text = e.Msg.Kind.String(), e.Msg.From, e.Msg.To, msgText(e.Msg)
+			case dmutex.EventPartition:
+				ev.Text = fmt.Sprint(e.Groups)
+			}
+			v.Events = append(v.Events, ev)
+		}
+	}
+	stats := w.Stats()
+	v.Counts = countsView{Messages: stats.Messages, Entries: stats.Entries}
+	th := theoryOf(st)
+	v.Counts.Theory = th.total
+	for k := dmutex.Kind(1); k.Valid(); k++ {
+		name := k.String()
+		per, known := th.kinds[name]
+		if stats.ByKind[name] == 0 && !known {
+			continue
+		}
+		v.Counts.Kinds = append(v.Counts.Kinds, kindCount{name, stats.ByKind[name], per})
+	}
+	if v.Counts.Kinds == nil {
+		v.Counts.Kinds = []kindCount{}
+	}
+	return v
+}
+
+// A theory is what the literature says an entry costs in messages, by
+// kind and in all, with one peer asking at a time.
+type theory struct {
+	total string
+	kinds map[string]string
+}
+
+func theoryOf(st *state) theory {
+	n := st.N
+	n1 := fmt.Sprintf("N-1 = %d", n-1)
+	switch st.Alg {
+	case dmutex.Centralized:
+		return theory{"3 (0 at the coordinator P0)", map[string]string{"request": "1", "grant": "1", "release": "1"}}
+	case dmutex.TokenRing:
+		return theory{fmt.Sprintf("at most N = %d (the token's hops)", n), map[string]string{"token": "0 to N per entry; it circulates"}}
+	case dmutex.Lamport:
+		return theory{fmt.Sprintf("3(N-1) = %d", 3*(n-1)), map[string]string{"request": n1, "reply": n1, "release": n1}}
+	case dmutex.RicartAgrawala:
+		if st.Implicit {
+			return theory{fmt.Sprintf("2(N-1) = %d alone; 1.5(N-1) when all ask", 2*(n-1)),
+				map[string]string{"request": n1, "reply": "N-1 alone, fewer in contention"}}
+		}
+		return theory{fmt.Sprintf("2(N-1) = %d", 2*(n-1)), map[string]string{"request": n1, "reply": n1}}
+	case dmutex.SuzukiKasami:
+		return theory{fmt.Sprintf("N = %d (0 at the holder)", n), map[string]string{"request": n1, "token": "1"}}
+	case dmutex.Maekawa:
+		return theory{"3(K-1) to 5(K-1), K = voting set size",
+			map[string]string{"request": "K-1", "locked": "K-1", "release": "K-1", "inquire": "contention only",
+				"failed": "contention only", "relinquish": "contention only"}}
+	case dmutex.Raymond:
+		return theory{"2d, d = tree distance to the holder", map[string]string{"request": "d", "privilege": "d"}}
+	}
+	return theory{"?", nil}
+}
+
+// urlParse parses a raw query strictly: a bad escape or a bad pair is an
+// error, not a dropped value.
+func urlParse(raw string) (map[string][]string, error) {
+	q := map[string][]string{}
+	if raw == "" {
+		return q, nil
+	}
+	for pair := range strings.SplitSeq(raw, "&") {
+		if pair == "" {
+			continue
+		}
+		k, v, ok := strings.Cut(pair, "=")
+		if !ok {
+			return nil, fmt.Errorf("%q has no value", pair)
+		}
+		ku, err := unescape(k)
+		if err != nil {
+			return nil, err
+		}
+		vu, err := unescape(v)
+		if err != nil {
+			return nil, err
+		}
+		if !knownKeys[ku] {
+			return nil, fmt.Errorf("unknown key %q", ku)
+		}
+		q[ku] = append(q[ku], vu)
+	}
+	return q, nil
+}
+
+var knownKeys = map[string]bool{"alg": true, "n": true, "seed": true, "net": true, "variant": true,
+	"implicit": true, "sets": true, "tree": true, "loss": true, "c": true, "cx": true}
+
+var unescape = url.QueryUnescape
