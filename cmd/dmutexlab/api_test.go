@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -86,7 +88,29 @@ func reference(t *testing.T, alg dmutex.Algorithm, n int, seed int64, choices []
 			require.NoError(t, sim.Request(p))
 		case 'a':
 			_, err := sim.Step()
+			if !errors.Is(err, dmutex.ErrBlocked) {
+				require.NoError(t, err)
+			}
+		case 'c':
+			var p int
+			_, err := fmt.Sscanf(c, "c%d", &p)
 			require.NoError(t, err)
+			require.NoError(t, sim.Crash(p))
+		case 'h':
+			sim.Heal()
+		case 'p': // two groups: the peers named, and the rest
+			var groups [][]int
+			for _, g := range strings.Split(c[1:], "_") {
+				var ids []int
+				for _, f := range strings.Split(g, "-") {
+					var id int
+					_, err := fmt.Sscanf(f, "%d", &id)
+					require.NoError(t, err)
+					ids = append(ids, id)
+				}
+				groups = append(groups, ids)
+			}
+			require.NoError(t, sim.Partition(groups...))
 		default:
 			tr, ok := w.Find(c)
 			require.True(t, ok, "reference: %s not enabled", c)
@@ -133,6 +157,59 @@ func TestRunMatchesSimulation(t *testing.T) {
 	}
 	assert.Len(t, v.Events, len(w.Events()))
 	assert.Len(t, v.Ticks, len(choices))
+}
+
+// TestRunFaultsMatchSimulation: crashes, partitions, heals, losses and
+// lock-step rounds replay as the Simulation's own methods do them.
+func TestRunFaultsMatchSimulation(t *testing.T) {
+	srv := httptest.NewServer(newHandler())
+	defer srv.Close()
+	tests := []struct {
+		name, query string
+		alg         dmutex.Algorithm
+		opts        []dmutex.Option
+		choices     []string
+		blocked     bool
+	}{
+		{"crash", "alg=ricart-agrawala&n=3&seed=2", dmutex.RicartAgrawala, nil,
+			[]string{"r0", "r1", "c2", "a", "a", "a", "a", "a"}, true},
+		{"partition and heal", "alg=suzuki-kasami&n=4&seed=3", dmutex.SuzukiKasami, nil,
+			[]string{"r1", "r3", "p0-1_2-3", "a", "a", "h", "r2", "a", "a", "a"}, false},
+		{"loss", "alg=centralized&n=3&seed=7&loss=0.3", dmutex.Centralized, []dmutex.Option{dmutex.WithLoss(0.3)},
+			[]string{"r1", "r2", "a", "a"}, false},
+		{"lock-step", "alg=lamport&n=3&seed=1&net=lock-step", dmutex.Lamport, []dmutex.Option{dmutex.WithDelivery(dmutex.DeliverLockStep)},
+			[]string{"r0", "r1", "r2", "a", "a", "a"}, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			code, body := get(t, srv, "/api/run?"+tt.query+"&c="+strings.Join(tt.choices, "."))
+			require.Equal(t, http.StatusOK, code, "%s", body)
+			var v runView
+			require.NoError(t, json.Unmarshal(body, &v))
+			sim := reference(t, tt.alg, 3+boolInt(tt.alg == dmutex.SuzukiKasami), v.Config.Seed, tt.choices, tt.opts...)
+			w := sim.World()
+			for p := range w.N() {
+				assert.Equal(t, w.Describe(p), v.Peers[p].Fields, "P%d", p)
+				assert.Equal(t, w.Peer(p).Crashed, v.Peers[p].Status == "crashed", "P%d", p)
+			}
+			st := sim.Stats()
+			assert.Equal(t, st.Messages, v.Counts.Messages)
+			assert.Equal(t, st.Entries, v.Counts.Entries)
+			assert.Len(t, v.Events, len(w.Events()))
+			lost := slices.ContainsFunc(v.Events, func(e eventView) bool { return e.Kind == "lost" })
+			assert.Equal(t, sim.Dropped() > 0, lost)
+			assert.Equal(t, tt.name == "loss" || tt.name == "partition and heal" || tt.name == "crash", lost, "this case loses messages")
+			assert.Equal(t, tt.blocked, v.Blocked != "", "blocked: %q", v.Blocked)
+			assert.Nil(t, v.Violation)
+		})
+	}
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // TestCheckLoadsCounterexample: /api/check returns the checker's

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -334,9 +335,9 @@ func autoCount(c string) int {
 func (r *run) atRest(err error) bool {
 	switch {
 	case errors.Is(err, dmutex.ErrViolation):
-		r.violation = &violation{Message: err.Error(), Tick: -1}
+		r.violation = &violation{Message: plain(err), Tick: -1}
 	case errors.Is(err, dmutex.ErrBlocked):
-		r.blocked = err.Error()
+		r.blocked = plain(err)
 	default:
 		return false
 	}
@@ -345,10 +346,27 @@ func (r *run) atRest(err error) bool {
 
 func (r *run) fail(err error) {
 	if errors.Is(err, dmutex.ErrViolation) {
-		r.violation = &violation{Message: err.Error(), Tick: len(r.ticks) - 1}
+		r.violation = &violation{Message: plain(err), Tick: len(r.ticks) - 1}
 	} else if errors.Is(err, dmutex.ErrBlocked) {
-		r.blocked = err.Error()
+		r.blocked = plain(err)
 	}
+}
+
+// stepPrefix and stepInfix are the World's step counts in a violation's
+// text. The World counts scheduling steps only, and the lab counts
+// requests as steps too, so the page shows its own numbers instead.
+var (
+	stepPrefix = regexp.MustCompile(`^(after )?step \d+: `)
+	stepInfix  = regexp.MustCompile(` after step \d+:`)
+)
+
+// plain is err's text for the page: the sentinel's prefix and the World's
+// step numbers left out.
+func plain(err error) string {
+	s := strings.TrimPrefix(err.Error(), dmutex.ErrViolation.Error()+": ")
+	s = strings.TrimPrefix(s, dmutex.ErrBlocked.Error()+": ")
+	s = stepPrefix.ReplaceAllString(s, "")
+	return stepInfix.ReplaceAllString(s, ":")
 }
 
 // quiet reports whether only the environment can act: nothing in flight

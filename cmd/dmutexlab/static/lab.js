@@ -140,7 +140,7 @@ function renderViolation() {
   b.hidden = !x;
   if (!x) return;
   const where = x.tick >= 0 ? `at step ${x.tick + 1}` : `after step ${view.ticks.length}`;
-  b.textContent = `Violation ${where}: ${x.message.replace(/^dmutex: protocol violation: /, "")}`;
+  b.textContent = `Violation ${where}: ${x.message}`;
   if (view.cx > 0) b.textContent += ` (the model checker's counterexample: ${view.cx} steps, highlighted)`;
 }
 
