@@ -402,6 +402,24 @@ func TestBrowserCounterexample(t *testing.T) {
 	assert.Equal(t, 1, brokeCols, "and so does its column on the diagram")
 }
 
+// TestBrowserBadLink: a link that does not replay says why, over a new
+// run, instead of a blank page.
+func TestBrowserBadLink(t *testing.T) {
+	ctx := tab(t)
+	srv := httptest.NewServer(newHandler())
+	defer srv.Close()
+	require.NoError(t, chromedp.Do(ctx,
+		chromedp.Navigate(srv.URL+"/?alg=ricart-agrawala&n=3&c=r0.d9"),
+		chromedp.WaitVisible(chromedp.CSS(`body[data-ready="1"]`)),
+		chromedp.WaitVisible(chromedp.CSS("#error"))))
+	msg, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS("#error")))
+	require.NoError(t, err)
+	assert.Contains(t, msg, `choice 1 "d9": message 9 is not in flight`)
+	peers, err := chromedp.Run(ctx, chromedp.Evaluate[int](`document.querySelectorAll('#peers .peer').length`))
+	require.NoError(t, err)
+	assert.Equal(t, 3, peers, "the new run is drawn")
+}
+
 // TestScreenshot saves a picture of the lab mid-run, for the README:
 //
 //	go test ./cmd/dmutexlab -run TestScreenshot -dmutexlab.screenshot $PWD/docs/dmutexlab.png
@@ -414,7 +432,7 @@ func TestScreenshot(t *testing.T) {
 	defer srv.Close()
 	q := "alg=ricart-agrawala&n=3&seed=3&c=r0.r1.r2.a6"
 	require.NoError(t, chromedp.Do(ctx,
-		chromedp.EmulateViewport(1400, 860),
+		chromedp.EmulateViewport(1400, 680),
 		chromedp.Navigate(srv.URL+"/?"+q),
 		chromedp.WaitVisible(chromedp.CSS(`body[data-ready="1"]`))))
 	png, err := chromedp.Run(ctx, chromedp.CaptureScreenshot())

@@ -230,6 +230,7 @@ function renderDiagram() {
   }
 
   svg.append(el("svg:line", { class: "now", x1: X(T + 1), y1: top - 4, x2: X(T + 1), y2: height - 14 }));
+  svg.append(el("svg:text", { class: "tick-label", x: X(T + 1), y: height - 2, "text-anchor": "middle" }, "now"));
 
   // Messages: from their send to their delivery, loss, or (pending) now.
   const sent = new Map(), ended = new Map();
@@ -260,6 +261,10 @@ function renderDiagram() {
     }
     svg.append(g);
   }
+
+  // Keep now in view as the run grows.
+  const box = $("#diagram-scroll");
+  box.scrollLeft = box.scrollWidth;
 
   const legend = $("#legend");
   legend.replaceChildren();
@@ -428,7 +433,10 @@ async function init() {
   window.addEventListener("popstate", () => load(location.search.slice(1), false));
   const q = location.search.slice(1);
   if (!(await load(q || "alg=ricart-agrawala&n=3&seed=1", false))) {
+    // A link that does not replay: say why over the default run.
+    const why = $("#error").textContent;
     await load("alg=ricart-agrawala&n=3&seed=1", false);
+    showError("this link does not replay, so here is a new run: " + why);
   }
   document.body.dataset.ready = "1";
 }
