@@ -128,7 +128,8 @@ func TestMalformedMessagesRefused(t *testing.T) {
 }
 
 // TestChanEndpointSendBounds sends to ids out of range and from a closed
-// endpoint: each Send returns an error and delivers nothing.
+// endpoint: each Send returns an error and delivers nothing. Endpoint
+// with an id out of range panics with a message naming it.
 func TestChanEndpointSendBounds(t *testing.T) {
 	nw := NewChanNetwork(2)
 	defer nw.Close()
@@ -137,6 +138,10 @@ func TestChanEndpointSendBounds(t *testing.T) {
 	for _, to := range []int{2, -1, 100} {
 		m.To = to
 		assert.Error(t, e0.Send(to, m), "send to %d", to)
+	}
+	for _, id := range []int{2, -1} {
+		assert.PanicsWithValue(t, "dmutex: endpoint "+strconv.Itoa(id)+" out of range [0, 2)",
+			func() { nw.Endpoint(id) }, "Endpoint(%d), as indexing would", id)
 	}
 	require.NoError(t, e0.Close())
 	m.To = 1
