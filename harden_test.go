@@ -136,8 +136,8 @@ func TestPeerConcurrentCloseWaits(t *testing.T) {
 
 // TestChanEndpointConcurrentCloseWaits closes endpoints from two
 // goroutines at once, with a pump goroutine busy on a full mailbox: each
-// Close must return only once the endpoint's channel is closed, that is
-// after its pump has exited (issue 12 item 1).
+// Close must return only once its pump has exited, the backlog is
+// released and the endpoint's channel is closed (issue 12 item 1).
 func TestChanEndpointConcurrentCloseWaits(t *testing.T) {
 	for round := range 500 {
 		nw := NewChanNetwork(2)
@@ -155,6 +155,11 @@ func TestChanEndpointConcurrentCloseWaits(t *testing.T) {
 			}
 			if !drainedAndClosed(e1.Recv()) {
 				failed <- "Close returned before the endpoint's channel was closed"
+			}
+			e1.mu.Lock()
+			defer e1.mu.Unlock()
+			if e1.pumping || e1.backlog != nil {
+				failed <- "Close returned before its pump exited or with the backlog kept"
 			}
 		}
 		wg.Go(func() { <-start; closeAndCheck() })
