@@ -9,8 +9,8 @@ import (
 	"sync"
 )
 
-// ErrClosed is returned by LockContext on a peer that has been closed, and
-// is the panic value of Lock on a closed peer.
+// ErrClosed is returned by [Locker.LockContext] on a peer that has been
+// closed, and is the panic value of Lock on a closed peer.
 var ErrClosed = errors.New("dmutex: peer closed")
 
 // ErrInvalidConfig is wrapped by every error about a bad size, id, option or
@@ -40,7 +40,7 @@ type Locker interface {
 	// ID returns the peer's id, 0 to n-1.
 	ID() int
 
-	// Stats returns this peer's own counts.
+	// Stats returns this peer's own counts (see [Stats]).
 	Stats() Stats
 
 	// Fence returns the fencing token of the current hold: a number that
@@ -142,7 +142,7 @@ type Cluster struct {
 
 // New starts a cluster of n peers, ids 0 to n-1, running alg over a fresh
 // in-memory network. Invalid n or options give an error wrapping
-// ErrInvalidConfig.
+// [ErrInvalidConfig].
 func New(alg Algorithm, n int, opts ...Option) (*Cluster, error) {
 	cfg, err := newConfig(alg, n, forCluster, opts)
 	if err != nil {

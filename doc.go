@@ -1,5 +1,5 @@
 // Package dmutex implements the classical distributed mutual exclusion
-// algorithms behind one Locker interface, so that they can be embedded,
+// algorithms behind one [Locker] interface, so that they can be embedded,
 // swapped and compared.
 //
 // A cluster is n peers, each a goroutine, that keep each other out of a
@@ -31,8 +31,10 @@
 //	TokenRing                  token       1 hop at full load      any           -
 //	Raymond                    token       ≤ 2 × tree depth        any           ACM TOCS 1989
 //
-// Each constructor's doc comment states its paper, channel assumption,
-// message cost, fairness and failure behaviour.
+// Each constructor's doc comment ([NewCentralized], [NewLamport],
+// [NewRicartAgrawala], [NewMaekawa], [NewSuzukiKasami], [NewTokenRing],
+// [NewRaymond], or [New] with an [Algorithm]) states its paper, channel
+// assumption, message cost, fairness and failure behaviour.
 //
 // # Choosing one
 //
@@ -53,21 +55,28 @@
 // local request, a local release, a message received) and messages to
 // send, and whether the peer entered, come out. Machines have no
 // goroutines, channels, clocks or I/O, so the same code runs under the
-// goroutine runtime (Peer), the deterministic simulator and the model
+// goroutine runtime ([Peer]), the deterministic simulator ([Simulation]) and the model
 // checker. A Peer steps its machine under its mutex, on the caller's
 // goroutine when the machine can enter at once (a peer that already holds
-// an idle token) and on its receive goroutine for messages. A Transport
-// carries messages between peers: ChanNetwork in memory, or a network
-// transport for peers in separate processes (see NewPeer).
+// an idle token) and on its receive goroutine for messages. A [Transport]
+// carries messages between peers: [ChanNetwork] in memory, or a network
+// transport for peers in separate processes (see [NewPeer]).
 //
 // # Cancellation and closing
 //
-// LockContext gives up when its context ends, returning ctx.Err(). A
+// [Locker.LockContext] gives up when its context ends, returning ctx.Err(). A
 // request already sent cannot be unsent, so the peer lets it complete: when
 // the permission or token arrives with nobody waiting, the peer enters and
 // leaves at once. No other peer waits forever for a caller that gave up.
-// Close stops a peer's goroutines; LockContext then returns ErrClosed, and
-// Lock panics with it rather than block forever.
+// [Peer.Close] stops a peer's goroutines; LockContext then returns
+// [ErrClosed], and Lock panics with it rather than block forever.
+//
+// # Observing
+//
+// [WithObserver] gives peers an [Observer], told of every wait, hold,
+// failed call and message; a peer without one reads no clock for it. The
+// module github.com/dmutex/dmutex/dmutexprom adapts an Observer to
+// Prometheus.
 //
 // # Failures
 //
@@ -97,13 +106,14 @@
 // and leaves the peer usable once the fault is repaired. A partition
 // that heals does not bring back what it dropped: a peer whose request
 // was lost stays blocked (TestPartitionHealDoesNotRecoverLostRequests).
-// ChanNetwork injects these faults (Crash, Partition, DropNext, and
-// delay, reordering and loss through SetFaults or WithFaults).
+// [ChanNetwork] injects these faults ([ChanNetwork.Crash],
+// [ChanNetwork.Partition], [ChanNetwork.DropNext], and delay, reordering
+// and loss through [ChanNetwork.SetFaults] or [WithFaults]).
 //
-// A Simulation injects the same faults (Crash, Partition, Heal, DropNext
-// and the seeded WithLoss) and replays every cell of the table
+// A [Simulation] injects the same faults (Crash, Partition, Heal, DropNext
+// and the seeded [WithLoss]) and replays every cell of the table
 // deterministically (TestSimulationFailureSemantics); a run that a fault
-// leaves stuck ends with an error wrapping ErrBlocked that names the
+// leaves stuck ends with an error wrapping [ErrBlocked] that names the
 // peers waiting forever. Seeded loss finds one case outside the table: a
 // lost request can let two Lamport peers in at once, because its entry
 // rule takes a later message from a peer to mean that no older request
@@ -113,13 +123,13 @@
 //
 // A lock that the holder believes it has may already have passed on: the
 // holder may have stalled past a timeout that another system enforced.
-// Locker.Fence returns a number that strictly increases, across the whole
+// [Locker.Fence] returns a number that strictly increases, across the whole
 // cluster, in the order of entries; pass it with every write to a store
 // that rejects numbers smaller than the largest it has seen. A peer learns
 // the others' fences from the messages it receives; one message may raise
-// its fence by at most FenceWindow, and never past MaxFence, so that a
+// its fence by at most [FenceWindow], and never past [MaxFence], so that a
 // forged message cannot use the fences up. Messages beyond that are
-// refused and counted in Stats.Refused. Fences never wrap: a peer whose
+// refused and counted in [Stats].Refused. Fences never wrap: a peer whose
 // fence has reached MaxFence gives its holds the fence 0, which such a
 // store rejects.
 package dmutex
