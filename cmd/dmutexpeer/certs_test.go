@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"crypto/x509"
 	"encoding/pem"
+	"fmt"
 	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -86,4 +88,27 @@ func TestCertsBadFlags(t *testing.T) {
 // quietLog drops a transport's log records.
 func quietLog() grpctransport.Option {
 	return grpctransport.WithLogger(slog.New(slog.DiscardHandler))
+}
+
+// TestReadmeWalkthrough ties the README's mutual-TLS walkthrough to what
+// "dmutexpeer certs" writes and the flags TestThreeProcesses runs with.
+func TestReadmeWalkthrough(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
+	require.NoError(t, err)
+	readme := string(b)
+	assert.Contains(t, readme, "./dmutexpeer certs -n 3 -dir certs")
+	assert.Contains(t, readme, "-cert certs/peer-$i.crt -key certs/peer-$i.key -ca certs/ca.crt")
+
+	dir := t.TempDir()
+	args := writeCerts(t, dir, 3) // as TestThreeProcesses makes them
+	for i, a := range args {
+		want := []string{"-cert", "certs/peer-$i.crt", "-key", "certs/peer-$i.key", "-ca", "certs/ca.crt"}
+		for j := range want {
+			want[j] = strings.ReplaceAll(want[j], "$i", fmt.Sprint(i))
+			if strings.HasPrefix(want[j], "certs/") {
+				want[j] = filepath.Join(dir, want[j])
+			}
+		}
+		assert.Equal(t, want, a, "peer %d", i)
+	}
 }
