@@ -240,7 +240,7 @@ func TestThreeProcesses(t *testing.T) {
 				require.NoError(t, c.Wait(), "peer %d: %s", i, outs[i])
 				require.Contains(t, outs[i].String(), fmt.Sprintf("entries=%d ", entries), "peer %d", i)
 				assert.NotContains(t, outs[i].String(), "level=WARN", "peer %d: a normal run and shutdown warns of nothing", i)
-				assert.NotContains(t, outs[i].String(), "level=ERROR", "peer %d", i)
+				assert.NotContains(t, outs[i].String(), "level=ERROR", "peer %d: nor logs an error: %s", i, outs[i])
 				t.Logf("%s", strings.TrimSpace(outs[i].String()))
 			}
 			checkLog(t, logPath, n, entries)
