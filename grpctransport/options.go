@@ -33,6 +33,7 @@ type options struct {
 	noCertCheck bool                // withoutCertificateCheck: tests that play an impostor
 	serverOpts  []grpc.ServerOption // WithServerOptions
 	dialOpts    []grpc.DialOption   // WithDialOptions
+	maxQueue    int                 // WithMaxQueue; 0 means DefaultMaxQueue
 }
 
 // Insecure runs the transport without transport credentials: no

@@ -58,8 +58,8 @@ const gracePeriod = 2 * time.Second
 // frames again, in order; the receiver drops those it already delivered.
 // So while both processes live, each message is delivered exactly once
 // and in order, as Lamport's and Maekawa's algorithms need, and messages
-// for a peer that is down wait, in order and without limit, until it is
-// back. A peer that restarts has lost its protocol state, which none of
+// for a peer that is down wait, in order, until it is back; past the
+// bound of WithMaxQueue, Send refuses more with ErrQueueFull. A peer that restarts has lost its protocol state, which none of
 // the algorithms can recover from (a restarted token holder could create
 // a second token): a transport that had heard from the peer's previous
 // process refuses the new one's streams, both give up (see Err), and it is
@@ -320,6 +320,10 @@ func (t *Transport) enqueue(o *outbox, f *wirepb.Frame) error {
 	if t.isClosed() {
 		o.mu.Unlock()
 		return dmutex.ErrClosed
+	}
+	if q := len(o.queue); q >= t.maxQueue() {
+		o.mu.Unlock()
+		return t.queueFull(o, q)
 	}
 	f.Seq = o.next
 	o.next++
