@@ -20,6 +20,11 @@ import "fmt"
 // is lost; if a holder crashes, the lock is never released. A lost message
 // blocks its requester, and a partition blocks every peer cut off from
 // peer 0 while the coordinator's side goes on.
+//
+// TryLock: the coordinator decides at once, with no message for its own
+// try. Another peer sends a try to the coordinator, which grants it if
+// nobody holds the lock (then release as usual: 3 messages in all) and
+// answers busy otherwise (2 messages: try, busy), keeping nothing.
 func NewCentralized(n int, opts ...Option) (*Cluster, error) {
 	return New(Centralized, n, opts...)
 }
@@ -30,6 +35,7 @@ type centralized struct {
 
 	// At every peer.
 	wanting bool // our REQUEST is out (or queued locally at the coordinator)
+	trying  bool // our TRY is out, not yet answered
 
 	// At the coordinator only.
 	holder int   // peer in the critical section, or -1
@@ -51,6 +57,16 @@ func (c *centralized) step(ev event, out *output) {
 		} else {
 			out.send(Message{Kind: KindRequest, From: c.id, To: coordinator})
 		}
+	case evTry:
+		switch {
+		case c.id != coordinator:
+			c.trying = true
+			out.send(Message{Kind: KindTry, From: c.id, To: coordinator})
+		case c.holder < 0:
+			c.give(c.id, out)
+		default:
+			out.refuse()
+		}
 	case evRelease:
 		if c.id == coordinator {
 			c.free(out)
@@ -60,11 +76,20 @@ func (c *centralized) step(ev event, out *output) {
 	case evMessage:
 		m := ev.msg
 		switch {
-		case m.Kind == KindGrant && c.id != coordinator && c.wanting && m.From == coordinator:
-			c.wanting = false
+		case m.Kind == KindGrant && c.id != coordinator && (c.wanting || c.trying) && m.From == coordinator:
+			c.wanting, c.trying = false, false
 			out.enter()
+		case m.Kind == KindBusy && c.id != coordinator && c.trying && m.From == coordinator:
+			c.trying = false
+			out.refuse()
 		case m.Kind == KindRequest && c.id == coordinator:
 			c.ask(m.From, out)
+		case m.Kind == KindTry && c.id == coordinator:
+			if c.holder < 0 {
+				c.give(m.From, out)
+			} else {
+				out.send(Message{Kind: KindBusy, From: c.id, To: m.From})
+			}
 		case m.Kind == KindRelease && c.id == coordinator && m.From == c.holder:
 			c.free(out)
 		}
@@ -100,6 +125,18 @@ func (c *centralized) give(j int, out *output) {
 	out.send(Message{Kind: KindGrant, From: c.id, To: j})
 }
 
+// idleViolation reports what this peer still keeps once the cluster is at
+// rest, with every request and try answered and nothing in flight.
+func (c *centralized) idleViolation() string {
+	switch {
+	case c.wanting || c.trying:
+		return "keeps a request"
+	case c.holder >= 0 || len(c.queue) > 0:
+		return fmt.Sprintf("keeps holder %d and queue %v", c.holder, c.queue)
+	}
+	return ""
+}
+
 func (c *centralized) clone() machine {
 	d := *c
 	d.queue = append([]int(nil), c.queue...)
@@ -108,6 +145,7 @@ func (c *centralized) clone() machine {
 
 func (c *centralized) appendState(b []byte) []byte {
 	b = appendBool(b, c.wanting)
+	b = appendBool(b, c.trying)
 	b = appendInt(b, c.holder)
 	return appendInts(b, c.queue)
 }
@@ -116,6 +154,9 @@ func (c *centralized) coordinatorID() int { return coordinator }
 
 func (c *centralized) describe() []Field {
 	fs := []Field{{"wanting", fmt.Sprint(c.wanting)}}
+	if c.trying {
+		fs = append(fs, Field{"trying", "true"})
+	}
 	if c.id == coordinator {
 		holder := "none"
 		if c.holder >= 0 {

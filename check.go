@@ -94,9 +94,14 @@ type CheckConfig struct {
 	// RequestsPerPeer, if set, gives each peer its own number of
 	// requests instead (some may be zero: voters only); its length is N.
 	RequestsPerPeer []int
-	Network         Network
-	Options         []Option    // the algorithm's options, such as WithVotingSets
-	Faults          CheckFaults // zero: no faults (or the variant's)
+	// Tries is the number of tries (TryLock) per peer, beside the
+	// requests: 0 for none, or Unlimited. TriesPerPeer, if set, gives
+	// each peer its own number instead; its length is N.
+	Tries        int
+	TriesPerPeer []int
+	Network      Network
+	Options      []Option    // the algorithm's options, such as WithVotingSets
+	Faults       CheckFaults // zero: no faults (or the variant's)
 
 	// MaxStates stops the search after that many states, with Complete
 	// false; 0 means DefaultMaxStates, and a negative value no limit.
@@ -134,6 +139,7 @@ type CheckResult struct {
 	Variant     string  `json:"variant,omitempty"`
 	N           int     `json:"n"`
 	Requests    int     `json:"requests"`
+	Tries       int     `json:"tries,omitempty"`
 	Network     string  `json:"network"`
 	Faults      string  `json:"faults,omitempty"`
 	States      int     `json:"states"`
@@ -219,8 +225,11 @@ func (v *Violation) Replay() (*World, error) {
 
 // Check explores every state reachable from the start of cfg's cluster,
 // taking every enabled transition in every state: each peer's requests
-// (Requests of them, whenever it is idle), each delivery, each leave, and
-// the faults of cfg.Faults. It checks safety in every state and deadlock
+// (Requests of them, whenever it is idle) and tries (Tries of them), each
+// delivery, each leave, and the faults of cfg.Faults. A try that is never
+// answered is a deadlock like a request never served, and at rest every
+// machine must keep nothing for a request or try that is over, so a
+// refused try strands nothing. It checks safety in every state and deadlock
 // in every state with nothing left to do, breadth first, so that a
 // counterexample is a shortest one. Two states are the same when they
 // encode the same (serial numbers of messages left out); 128-bit hashes
@@ -342,6 +351,19 @@ func newChecker(cc CheckConfig) (*checker, error) {
 			}
 		}
 	}
+	if cc.Tries < Unlimited {
+		return nil, fmt.Errorf("%w: %d tries per peer, want 0 or more, or Unlimited", ErrInvalidConfig, cc.Tries)
+	}
+	if cc.TriesPerPeer != nil {
+		if len(cc.TriesPerPeer) != cc.N {
+			return nil, fmt.Errorf("%w: %d numbers of tries for %d peers", ErrInvalidConfig, len(cc.TriesPerPeer), cc.N)
+		}
+		for p, k := range cc.TriesPerPeer {
+			if k < Unlimited {
+				return nil, fmt.Errorf("%w: %d tries for peer %d", ErrInvalidConfig, k, p)
+			}
+		}
+	}
 	if cc.Network > NetworkUnordered {
 		return nil, fmt.Errorf("%w: unknown network %v", ErrInvalidConfig, cc.Network)
 	}
@@ -355,7 +377,7 @@ func newChecker(cc CheckConfig) (*checker, error) {
 	if v != nil {
 		opts = append(opts, WithVariant(v.Name))
 	}
-	opts = append(opts, WithRequests(cc.Requests), WithoutTrace())
+	opts = append(opts, WithRequests(cc.Requests), WithTries(cc.Tries), WithoutTrace())
 	if cc.Network == NetworkUnordered {
 		// The checker is where one sees why an algorithm needs FIFO.
 		opts = append(opts, WithDelivery(DeliverReorder), WithUnsafeDelivery())
@@ -377,6 +399,7 @@ func newChecker(cc CheckConfig) (*checker, error) {
 		Variant:      cc.Variant,
 		N:            cc.N,
 		Requests:     cc.Requests,
+		Tries:        cc.Tries,
 		Network:      cc.Network.String(),
 		Faults:       cc.Faults.String(),
 		MaxOvertakes: -1,
@@ -397,6 +420,9 @@ func (c *checker) startWorld(trace bool) (*World, error) {
 	}
 	for p, k := range c.cc.RequestsPerPeer {
 		w.peers[p].budget = k
+	}
+	for p, k := range c.cc.TriesPerPeer {
+		w.peers[p].tries = k
 	}
 	if f := c.cc.Faults; f.Crash {
 		w.f.crashLeft, w.f.crashWho = 1, f.CrashPeer

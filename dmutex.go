@@ -13,6 +13,10 @@ import (
 // closed, and is the panic value of Lock on a closed peer.
 var ErrClosed = errors.New("dmutex: peer closed")
 
+// ErrLocked is returned by TryLockContext when the lock is held, or will
+// be given first to a request that has priority.
+var ErrLocked = errors.New("dmutex: locked")
+
 // ErrInvalidConfig is wrapped by every error about a bad size, id, option or
 // quorum given to a constructor. The wrapping error names the value.
 var ErrInvalidConfig = errors.New("dmutex: invalid configuration")
@@ -36,6 +40,23 @@ type Locker interface {
 	// waits for it forever. Once LockContext has returned nil, the end of
 	// ctx no longer matters. On a closed peer it returns ErrClosed.
 	LockContext(ctx context.Context) error
+
+	// TryLock tries to enter the critical section without waiting for a
+	// holder to leave, and reports whether it did. It is
+	// TryLockContext(context.Background()) == nil.
+	TryLock() bool
+
+	// TryLockContext tries to enter the critical section without waiting
+	// for a holder to leave. It returns nil once in, or an error for
+	// which errors.Is(err, ErrLocked) holds when another peer, or another
+	// caller of this peer, is inside or waiting, or the algorithm will
+	// give the lock first to a request with priority. Asking may cost
+	// messages, and the answer a round trip (each constructor's
+	// documentation gives the cost), but no answer waits for a critical
+	// section to end. If ctx ends first it returns ctx.Err() unchanged,
+	// and the peer withdraws the try when its answer comes, leaving at
+	// once if it was a yes. On a closed peer it returns ErrClosed.
+	TryLockContext(ctx context.Context) error
 
 	// ID returns the peer's id, 0 to n-1.
 	ID() int

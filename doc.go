@@ -78,6 +78,19 @@
 // module github.com/dmutex/dmutex/dmutexprom adapts an Observer to
 // Prometheus.
 //
+// # Trying without waiting
+//
+// Locker.TryLock and TryLockContext enter only if that needs no wait for
+// a holder to leave; otherwise TryLockContext returns ErrLocked, also when
+// the algorithm will give the lock first to a request with priority. An
+// idle token holder or the coordinator decides with no message; the other
+// peers ask, with a try message (kind "try"), and every peer asked answers
+// at once, with a permission or "busy". A refused try is withdrawn with no
+// trace: no peer keeps a deferred reply, a vote or a queued request for
+// it, which the model checker verifies in every final state. Each
+// constructor states what a try costs. The token ring's peer that has just
+// passed the token on refuses at once until the token rests again.
+//
 // # Failures
 //
 // The algorithms assume reliable peers and reliable channels, as their

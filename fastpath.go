@@ -66,6 +66,21 @@ func (f *fastPath) tryLock() bool {
 	return w&fastMask == fastArmed && w < fastFull && f.word.CompareAndSwap(w, w+1<<fastShift|fastInside)
 }
 
+// try decides a TryLock through the armed fast path: entered, or refused
+// because a caller is inside by it. decided is false when the path is not
+// armed, or a race lost the word; the caller then takes the slow path.
+func (f *fastPath) try() (entered, decided bool) {
+	switch w := f.word.Load(); w & fastMask {
+	case fastArmed:
+		if f.word.CompareAndSwap(w, w+1<<fastShift|fastInside) {
+			return true, true
+		}
+	case fastArmed | fastInside:
+		return false, true
+	}
+	return false, false
+}
+
 // tryUnlock leaves through the armed fast path, if the caller came in by it.
 func (f *fastPath) tryUnlock() bool {
 	w := f.word.Load()

@@ -146,7 +146,7 @@ func cancellationStorm(t *testing.T, c *Cluster, calls int, seed uint64) {
 // waitQuiet waits until every message the peers sent has been delivered
 // and handled, so that counts read afterwards are final. It assumes a
 // network that loses nothing.
-func waitQuiet(t *testing.T, c *Cluster) {
+func waitQuiet(t testing.TB, c *Cluster) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {

@@ -1,6 +1,9 @@
 package dmutex
 
-import "fmt"
+import (
+	"fmt"
+	"slices"
+)
 
 // NewLamport starts n peers running the mutual exclusion algorithm of L.
 // Lamport, "Time, clocks, and the ordering of events in a distributed
@@ -32,6 +35,15 @@ import "fmt"
 // once, but a lost request can: its sender may enter on the later
 // messages of a peer that never queued the request, while that peer
 // enters too (see TestSimulationLamportLostRequestBreaksSafety).
+//
+// TryLock sends a try, stamped as a request, to every other peer. A peer
+// that is inside, or has an older request in its queue, answers busy and
+// does not queue the try; any other peer queues it and replies. The try
+// enters when all n-1 have replied and it heads its own queue, and is
+// refused on a busy or when an older request reaches its queue; a refused
+// try broadcasts a release at once, which takes it out of every queue. So
+// a try costs 3(n-1) messages, entered or refused (tries, answers,
+// releases). A lone peer enters with no message.
 func NewLamport(n int, opts ...Option) (*Cluster, error) {
 	return New(Lamport, n, opts...)
 }
@@ -45,6 +57,8 @@ type lamport struct {
 	queue   []uint64 // queue[j]: timestamp of j's request in our queue, 0 if none
 	last    []uint64 // last[j]: timestamp of the latest message received from j
 	wanting bool     // our request is queued and we are not inside yet
+	trying  bool     // with wanting: our request is a try
+	answers int      // replies to our try so far
 	held    bool
 	ts      uint64 // timestamp of our latest request
 }
@@ -55,12 +69,18 @@ func newLamport(id, n int, _ *config) (machine, error) {
 
 func (l *lamport) step(ev event, out *output) {
 	switch ev.kind {
-	case evRequest:
+	case evRequest, evTry:
 		l.clock++
 		l.ts = l.clock
 		l.queue[l.id] = l.ts
 		l.wanting = true
-		out.broadcast(l.id, l.n, Message{Kind: KindRequest, TS: l.ts})
+		l.trying = ev.kind == evTry
+		l.answers = 0
+		kind := KindRequest
+		if l.trying {
+			kind = KindTry
+		}
+		out.broadcast(l.id, l.n, Message{Kind: kind, TS: l.ts})
 	case evRelease:
 		l.held = false
 		l.queue[l.id] = 0
@@ -75,11 +95,50 @@ func (l *lamport) step(ev event, out *output) {
 		case KindRequest:
 			l.queue[j] = m.TS
 			out.send(Message{Kind: KindReply, From: l.id, To: j, TS: l.clock})
+		case KindTry:
+			if l.ahead(m.TS, j) {
+				out.send(Message{Kind: KindBusy, From: l.id, To: j, TS: l.clock, Ref: m.TS})
+				break
+			}
+			l.queue[j] = m.TS
+			out.send(Message{Kind: KindReply, From: l.id, To: j, TS: l.clock, Ref: m.TS})
+		case KindReply:
+			if l.trying && m.Ref == l.ts {
+				l.answers++
+			}
+		case KindBusy:
+			if l.trying && m.Ref == l.ts {
+				l.refuse(out)
+				return
+			}
 		case KindRelease:
 			l.queue[j] = 0
 		}
 	}
 	l.check(out)
+}
+
+// ahead reports whether this peer is inside or has a request queued that
+// goes before request (t, j).
+func (l *lamport) ahead(t uint64, j int) bool {
+	if l.held {
+		return true
+	}
+	for k, q := range l.queue {
+		if q != 0 && before(q, k, t, j) {
+			return true
+		}
+	}
+	return false
+}
+
+// refuse withdraws our try: the release takes it out of every queue.
+func (l *lamport) refuse(out *output) {
+	l.wanting, l.trying = false, false
+	l.queue[l.id] = 0
+	l.clock++
+	out.broadcast(l.id, l.n, Message{Kind: KindRelease, TS: l.clock})
+	out.refuse()
 }
 
 // check enters when our request heads the queue and every other peer has
@@ -88,6 +147,22 @@ func (l *lamport) step(ev event, out *output) {
 // be on its way.
 func (l *lamport) check(out *output) {
 	if !l.wanting {
+		return
+	}
+	if l.trying {
+		// Every answer is stamped later than the try, so once all have
+		// replied only the queue can keep us out, and then an older
+		// request goes first: refuse.
+		if l.ahead(l.ts, l.id) {
+			l.refuse(out)
+			return
+		}
+		if l.answers < l.n-1 {
+			return
+		}
+		l.wanting, l.trying = false, false
+		l.held = true
+		out.enter()
 		return
 	}
 	for j, t := range l.queue {
@@ -101,6 +176,18 @@ func (l *lamport) check(out *output) {
 	l.wanting = false
 	l.held = true
 	out.enter()
+}
+
+// idleViolation reports what this peer still keeps once the cluster is at
+// rest, with every request and try answered and nothing in flight.
+func (l *lamport) idleViolation() string {
+	switch {
+	case l.wanting || l.trying || l.held:
+		return "keeps a request"
+	case slices.ContainsFunc(l.queue, func(t uint64) bool { return t != 0 }):
+		return fmt.Sprintf("keeps queued requests %v", l.queue)
+	}
+	return ""
 }
 
 func (l *lamport) requestTS() uint64 { return l.ts }
@@ -117,15 +204,21 @@ func (l *lamport) appendState(b []byte) []byte {
 	b = appendUints(b, l.queue)
 	b = appendUints(b, l.last)
 	b = appendBool(b, l.wanting)
+	b = appendBool(b, l.trying)
+	b = appendInt(b, l.answers)
 	b = appendBool(b, l.held)
 	return appendUint(b, l.ts)
 }
 
 func (l *lamport) describe() []Field {
-	return []Field{
+	fs := []Field{
 		{"clock", fmt.Sprint(l.clock)},
 		{"request", describeTS(l.wanting || l.held, l.ts)},
 		{"queue", describeStamps(l.queue)},
 		{"last heard", fmt.Sprint(l.last)},
 	}
+	if l.trying {
+		fs = append(fs, Field{"try replies in", fmt.Sprintf("%d of %d", l.answers, l.n-1)})
+	}
+	return fs
 }

@@ -23,6 +23,8 @@ const (
 	KindInquire                    // a Maekawa voter asks for its vote back
 	KindFailed                     // a Maekawa voter says the request cannot win now
 	KindRelinquish                 // a Maekawa requester gives a vote back
+	KindTry                        // a TryLock request: answer at once, never defer it
+	KindBusy                       // the answer to a KindTry that cannot be granted now
 	numKinds                       // one past the last kind
 )
 
@@ -37,6 +39,8 @@ var kindNames = [numKinds]string{
 	KindInquire:    "inquire",
 	KindFailed:     "failed",
 	KindRelinquish: "relinquish",
+	KindTry:        "try",
+	KindBusy:       "busy",
 }
 
 // String returns the kind's lower-case name, such as "request".
@@ -93,8 +97,13 @@ func (t *Token) clone() *Token {
 // output.
 //
 // The driver guarantees the local events come in a sane order: evRequest
-// only when the peer is neither waiting nor inside, evRelease only after
-// the machine entered. Messages may arrive at any time.
+// and evTry only when the peer is neither waiting nor inside, evRelease
+// only after the machine entered. Messages may arrive at any time.
+//
+// evTry is a request that must not wait for a holder to leave: the machine
+// either enters (output.enter) or refuses (output.refuse), in the step of
+// evTry itself or in the step of a later message, and after a refusal it
+// and every other machine are left with nothing that waits for the try.
 type machine interface {
 	step(ev event, out *output)
 
@@ -127,6 +136,7 @@ const (
 	evRequest eventKind = iota + 1 // the local user wants the critical section
 	evRelease                      // the local user leaves the critical section
 	evMessage                      // msg arrived from another peer
+	evTry                          // the local user tries the critical section (TryLock)
 )
 
 // An event is one input to a machine.
@@ -140,22 +150,32 @@ type event struct {
 type output struct {
 	msgs    []Message
 	entered bool
+	refused bool // an outstanding try was refused: the machine is idle again
 }
 
 func (o *output) reset() {
 	clear(o.msgs) // drop Token pointers so they can be collected
 	o.msgs = o.msgs[:0]
 	o.entered = false
+	o.refused = false
 }
 
 func (o *output) send(m Message) { o.msgs = append(o.msgs, m) }
 
 // enter records that the machine has entered the critical section.
 func (o *output) enter() {
-	if o.entered {
-		panic("dmutex: machine entered twice in one step")
+	if o.entered || o.refused {
+		panic("dmutex: machine entered twice, or entered and refused, in one step")
 	}
 	o.entered = true
+}
+
+// refuse records that the machine's outstanding try was refused.
+func (o *output) refuse() {
+	if o.entered || o.refused {
+		panic("dmutex: machine both entered and refused, or refused twice, in one step")
+	}
+	o.refused = true
 }
 
 // broadcast sends a copy of m, from id, to every other peer of n.

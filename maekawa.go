@@ -61,6 +61,16 @@ import (
 // partition blocks every requester whose set spans it. Peers whose sets
 // avoid the failure keep working, and none of these lets two peers in at
 // once.
+//
+// TryLock sends a try, stamped as a request, to the voting set. A voter
+// whose vote is free gives it (LOCKED) and asks nothing back for it; a
+// voter whose vote is with another request answers busy and queues
+// nothing. Once every member has answered, the try enters if all gave
+// their votes, and otherwise sends RELEASE to every member, which frees
+// the votes it got and is ignored by the voters that said busy. So a try
+// costs 3(K-1) messages, entered or refused (tries, answers, releases).
+// Requests that reach a voter while its vote is with a try wait in its
+// queue as usual, and may hear FAILED.
 func NewMaekawa(n int, opts ...Option) (*Cluster, error) {
 	return New(Maekawa, n, opts...)
 }
@@ -90,6 +100,7 @@ type maekawa struct {
 	// Voter.
 	grantTo  int       // requester our vote is with, or -1
 	grantTS  uint64    // timestamp of that request; 0 if none
+	grantTry bool      // that request is a try: it never waits, so it is never inquired
 	inquired bool      // we sent INQUIRE for the current grant
 	queue    []mkEntry // waiting requests, by (ts, id)
 
@@ -102,6 +113,7 @@ const (
 	mkIdle mkState = iota
 	mkWanting
 	mkHeld
+	mkTrying // a try waits for every voter's answer
 )
 
 // An mkVote is what a requester knows about one voter's vote.
@@ -112,6 +124,7 @@ const (
 	voteLocked                // we hold the vote
 	voteFailed                // the voter said FAILED: a better request is ahead of ours there
 	voteYielded               // we gave the vote back and wait for it again
+	voteBusy                  // the voter refused our try
 )
 
 // An mkEntry is a request waiting at a voter. After every step, failed is
@@ -142,21 +155,20 @@ func newMaekawa(id, n int, cfg *config) (machine, error) {
 
 func (m *maekawa) step(ev event, out *output) {
 	switch ev.kind {
-	case evRequest:
+	case evRequest, evTry:
 		m.clock++
 		m.ts = m.clock
 		m.state = mkWanting
+		kind := KindRequest
+		if ev.kind == evTry {
+			m.state = mkTrying
+			kind = KindTry
+		}
 		for _, v := range m.set {
-			m.send(Message{Kind: KindRequest, From: m.id, To: v, TS: m.ts}, out)
+			m.send(Message{Kind: kind, From: m.id, To: v, TS: m.ts}, out)
 		}
 	case evRelease:
-		m.state = mkIdle
-		clear(m.votes)
-		clear(m.inquiry)
-		for _, v := range m.set {
-			m.send(Message{Kind: KindRelease, From: m.id, To: v, TS: m.ts}, out)
-		}
-		m.ts = 0
+		m.release(out)
 	case evMessage:
 		m.receive(ev.msg, out)
 	}
@@ -165,6 +177,17 @@ func (m *maekawa) step(ev event, out *output) {
 		m.receive(m.local[i], out)
 	}
 	m.local = m.local[:0]
+}
+
+// release sends RELEASE for our request to every member of our set.
+func (m *maekawa) release(out *output) {
+	m.state = mkIdle
+	clear(m.votes)
+	clear(m.inquiry)
+	for _, v := range m.set {
+		m.send(Message{Kind: KindRelease, From: m.id, To: v, TS: m.ts}, out)
+	}
+	m.ts = 0
 }
 
 // send stamps msg with our clock and hands it to the transport, or keeps
@@ -183,6 +206,13 @@ func (m *maekawa) receive(msg Message, out *output) {
 	switch msg.Kind {
 	case KindRequest:
 		m.onRequest(msg.From, msg.TS, out)
+	case KindTry:
+		if m.grantTo >= 0 {
+			m.send(Message{Kind: KindBusy, From: m.id, To: msg.From, TS: msg.TS}, out)
+			return
+		}
+		m.grantTo, m.grantTS, m.grantTry = msg.From, msg.TS, true
+		m.send(Message{Kind: KindLocked, From: m.id, To: msg.From, TS: msg.TS}, out)
 	case KindRelinquish:
 		if m.grantTo == msg.From && m.grantTS == msg.TS {
 			m.enqueue(mkEntry{ts: msg.TS, id: msg.From, failed: true})
@@ -192,10 +222,17 @@ func (m *maekawa) receive(msg Message, out *output) {
 		if m.grantTo == msg.From && m.grantTS == msg.TS {
 			m.grantBest(out)
 		}
-	case KindLocked, KindInquire, KindFailed:
+	case KindLocked, KindBusy, KindInquire, KindFailed:
 		k, ok := slices.BinarySearch(m.set, msg.From)
-		if !ok || m.state != mkWanting || msg.TS != m.ts {
+		if !ok || msg.TS != m.ts {
 			return // stale, or answered by our RELEASE
+		}
+		if m.state == mkTrying {
+			m.onTryAnswer(k, msg.Kind, out)
+			return
+		}
+		if m.state != mkWanting {
+			return
 		}
 		switch msg.Kind {
 		case KindLocked:
@@ -206,6 +243,37 @@ func (m *maekawa) receive(msg Message, out *output) {
 			m.onFailed(k, out)
 		}
 	}
+}
+
+// onTryAnswer records voter set[k]'s answer to our try and, once every
+// voter has answered, enters or withdraws.
+func (m *maekawa) onTryAnswer(k int, kind Kind, out *output) {
+	switch {
+	case m.votes[k] != voteNone:
+		return
+	case kind == KindLocked:
+		m.votes[k] = voteLocked
+	case kind == KindBusy:
+		m.votes[k] = voteBusy
+	default:
+		return // a voter never sends a try INQUIRE or FAILED
+	}
+	all := true
+	for _, v := range m.votes {
+		switch v {
+		case voteNone:
+			return
+		case voteBusy:
+			all = false
+		}
+	}
+	if all {
+		m.state = mkHeld
+		out.enter()
+		return
+	}
+	m.release(out)
+	out.refuse()
 }
 
 // Voter.
@@ -239,6 +307,7 @@ func (m *maekawa) enqueue(e mkEntry) int {
 // came back.
 func (m *maekawa) grantBest(out *output) {
 	m.inquired = false
+	m.grantTry = false
 	if len(m.queue) == 0 {
 		m.grantTo, m.grantTS = -1, 0
 		return
@@ -269,7 +338,7 @@ func (m *maekawa) tell(out *output) {
 			m.send(Message{Kind: KindFailed, From: m.id, To: e.id, TS: e.ts}, out)
 		}
 	}
-	if len(m.queue) > 0 && !m.inquired && before(m.queue[0].ts, m.queue[0].id, m.grantTS, m.grantTo) {
+	if len(m.queue) > 0 && !m.inquired && !m.grantTry && before(m.queue[0].ts, m.queue[0].id, m.grantTS, m.grantTo) {
 		m.inquired = true
 		m.send(Message{Kind: KindInquire, From: m.id, To: m.grantTo, TS: m.grantTS}, out)
 	}
@@ -351,6 +420,7 @@ func (m *maekawa) appendState(b []byte) []byte {
 	}
 	b = appendInt(b, m.grantTo)
 	b = appendUint(b, m.grantTS)
+	b = appendBool(b, m.grantTry)
 	b = appendBool(b, m.inquired)
 	b = appendInt(b, len(m.queue))
 	for _, e := range m.queue {
@@ -371,8 +441,8 @@ func (m *maekawa) idleViolation() string {
 }
 
 func (m *maekawa) describe() []Field {
-	state := [...]string{mkIdle: "idle", mkWanting: "wanting", mkHeld: "held"}[m.state]
-	voteNames := [...]string{voteNone: "-", voteLocked: "locked", voteFailed: "failed", voteYielded: "yielded"}
+	state := [...]string{mkIdle: "idle", mkWanting: "wanting", mkHeld: "held", mkTrying: "trying"}[m.state]
+	voteNames := [...]string{voteNone: "-", voteLocked: "locked", voteFailed: "failed", voteYielded: "yielded", voteBusy: "busy"}
 	var votes []string
 	for k, v := range m.votes {
 		s := fmt.Sprintf("P%d:%s", m.set[k], voteNames[v])
@@ -386,6 +456,9 @@ func (m *maekawa) describe() []Field {
 		vote = fmt.Sprintf("P%d ts=%d", m.grantTo, m.grantTS)
 		if m.inquired {
 			vote += " (inquired)"
+		}
+		if m.grantTry {
+			vote += " (a try)"
 		}
 	}
 	var queue []string

@@ -57,11 +57,12 @@ func WithObserver(o Observer) Option {
 	}
 }
 
-// observedLock is LockContext for a peer with an observer: it times the
-// wait, starts the hold's clock, and reports the outcome.
-func (p *Peer) observedLock(ctx context.Context) error {
+// observed is LockContext or TryLockContext, as lock, for a peer with an
+// observer: it times the wait, starts the hold's clock, and reports the
+// outcome.
+func (p *Peer) observed(ctx context.Context, lock func(context.Context) error) error {
 	t0 := time.Now()
-	err := p.lockContext(ctx)
+	err := lock(ctx)
 	t1 := time.Now()
 	if err != nil {
 		p.obs.Failed(p.id, t1.Sub(t0), err)

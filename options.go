@@ -58,6 +58,7 @@ type config struct {
 	sim simConfig // NewSimulation and NewWorld only: seed, delivery policy, tracing
 
 	requests int      // NewWorld only: WithRequests
+	tries    int      // NewWorld only: WithTries
 	variant  *Variant // WithVariant; nil for the real algorithm
 }
 

@@ -30,6 +30,7 @@ type Peer struct {
 	out       output    // reused step output
 	held      bool      // a caller of Lock is in the critical section
 	requested bool      // the machine has a request outstanding
+	tryWaiter *waiter   // the caller of TryLockContext waiting for the try's answer, or nil; then waiters[0]
 	yielded   bool      // receive has yielded once for the outstanding request
 	waiters   []*waiter // callers blocked in Lock, oldest first
 	fence     uint64    // highest fencing token seen
@@ -121,7 +122,7 @@ func (p *Peer) Lock() {
 // or the peer is closed. See Locker.
 func (p *Peer) LockContext(ctx context.Context) error {
 	if p.obs != nil {
-		return p.observedLock(ctx)
+		return p.observed(ctx, p.lockContext)
 	}
 	return p.lockContext(ctx)
 }
@@ -179,8 +180,99 @@ func (p *Peer) request() (*waiter, error) {
 	return w, nil
 }
 
+// TryLock tries to enter the critical section without waiting for a
+// holder to leave, and reports whether it did; see Locker. When this peer
+// re-enters through its fast path (fastpath.go), or a caller of this peer
+// is inside by it, TryLock decides with one atomic operation and no lock.
+func (p *Peer) TryLock() bool {
+	if p.obs == nil {
+		if entered, decided := p.fast.try(); decided {
+			return entered
+		}
+	}
+	return p.TryLockContext(context.Background()) == nil
+}
+
+// TryLockContext tries to enter the critical section without waiting for
+// a holder to leave. It returns nil once in, ErrLocked if the lock is held
+// or promised to a request with priority, ctx.Err() if ctx ends before the
+// answer, and ErrClosed on a closed peer. See Locker.
+//
+// While another caller of this peer is inside or waiting, the answer is
+// ErrLocked at once, with no message. Otherwise the machine is asked: some
+// answer at once (an idle token holder, the coordinator), the others ask
+// their peers, who answer without waiting for anyone to leave. A try
+// abandoned because ctx ended is withdrawn when its answer comes: if the
+// answer is yes, the critical section goes to the next caller of Lock
+// waiting on this peer, or is left at once.
+func (p *Peer) TryLockContext(ctx context.Context) error {
+	if p.obs != nil {
+		return p.observed(ctx, p.tryLockContext)
+	}
+	return p.tryLockContext(ctx)
+}
+
+// tryLockContext is TryLockContext without the observer.
+func (p *Peer) tryLockContext(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if entered, decided := p.fast.try(); decided {
+		if entered {
+			return nil
+		}
+		return ErrLocked
+	}
+	w, err := p.try()
+	if w == nil {
+		return err // entered or refused at once, or closed
+	}
+	if ctx.Done() == nil {
+		<-w.ch
+		return w.done()
+	}
+	select {
+	case <-w.ch:
+		return w.done()
+	case <-ctx.Done():
+		return p.abandon(w, ctx.Err())
+	}
+}
+
+// try is TryLockContext's part under the peer's mutex, as request is
+// LockContext's. It returns a nil waiter with a nil error if the machine
+// entered at once, with ErrLocked if it refused at once or a caller of this
+// peer is inside or waiting, with ErrClosed on a closed peer; otherwise it
+// returns the try's waiter, which is the only one queued.
+func (p *Peer) try() (*waiter, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return nil, ErrClosed
+	}
+	p.disarmLocked()
+	if p.held || p.requested || len(p.waiters) > 0 {
+		return nil, ErrLocked
+	}
+	p.requested, p.yielded = true, false
+	if p.stepLocked(event{kind: evTry}) {
+		p.takeLocked()
+		p.localEntryLocked()
+		return nil, nil
+	}
+	if p.out.refused {
+		p.requested = false
+		return nil, ErrLocked
+	}
+	w := waiterPool.Get().(*waiter)
+	p.waiters = append(p.waiters, w)
+	p.tryWaiter = w
+	return w, nil
+}
+
 // done returns w, which has been signalled, to the pool and returns nil if
-// it was given the critical section, or ErrClosed.
+// it was given the critical section, or ErrClosed, or ErrLocked for a
+// refused try.
 func (w *waiter) done() error {
 	err := w.err
 	w.err = nil
@@ -199,6 +291,9 @@ func (w *waiter) done() error {
 func (p *Peer) abandon(w *waiter, err error) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if w == p.tryWaiter {
+		p.tryWaiter = nil // the try stays outstanding: see tryRefusedLocked and admitLocked
+	}
 	for i, x := range p.waiters {
 		if x == w {
 			p.waiters = append(p.waiters[:i], p.waiters[i+1:]...)
@@ -211,7 +306,7 @@ func (p *Peer) abandon(w *waiter, err error) error {
 	// signalled it.
 	<-w.ch
 	if closedErr := w.done(); closedErr != nil {
-		return closedErr // woken by Close: w held nothing
+		return closedErr // woken by Close, or a try refused: w holds nothing
 	}
 	if p.closed {
 		p.held = false
@@ -321,6 +416,7 @@ func (p *Peer) shutdownLocked() {
 	}
 	clear(p.waiters)
 	p.waiters = nil
+	p.tryWaiter = nil
 }
 
 // receive feeds the transport's messages to the machine until Close,
@@ -368,6 +464,8 @@ func (p *Peer) deliver(m Message) (waiting bool) {
 	p.fence = max(p.fence, m.Fence)
 	if p.stepLocked(event{kind: evMessage, msg: m}) {
 		p.admitLocked()
+	} else if p.out.refused {
+		p.tryRefusedLocked()
 	}
 	if p.requested && !p.yielded {
 		p.yielded = true
@@ -457,11 +555,35 @@ func (p *Peer) admitLocked() {
 	// append reuses its array and a steady stream of callers allocates
 	// nothing; local queues are short.
 	w := p.waiters[0]
+	if w == p.tryWaiter {
+		p.tryWaiter = nil
+	}
 	copy(p.waiters, p.waiters[1:])
 	p.waiters[len(p.waiters)-1] = nil
 	p.waiters = p.waiters[:len(p.waiters)-1]
 	p.takeLocked()
 	w.ch <- struct{}{} // buffered; never blocks
+}
+
+// tryRefusedLocked handles the refusal of the outstanding try: its caller,
+// if still waiting, gets ErrLocked, and callers of Lock that queued behind
+// it make the next request.
+func (p *Peer) tryRefusedLocked() {
+	p.requested = false
+	if w := p.tryWaiter; w != nil {
+		p.tryWaiter = nil
+		copy(p.waiters, p.waiters[1:]) // w is waiters[0]
+		p.waiters[len(p.waiters)-1] = nil
+		p.waiters = p.waiters[:len(p.waiters)-1]
+		w.err = ErrLocked
+		w.ch <- struct{}{} // buffered; never blocks
+	}
+	if len(p.waiters) > 0 {
+		p.requested, p.yielded = true, false
+		if p.stepLocked(event{kind: evRequest}) {
+			p.admitLocked()
+		}
+	}
 }
 
 // releaseLocked tells the machine the peer left, then asks again for the

@@ -39,6 +39,19 @@ import "fmt"
 // every later request; a lost request blocks every request that was
 // queued behind it at its sender, since ASKED stops the sender from asking
 // again. A partition blocks the side without the privilege until it heals.
+//
+// TryLock: the holder of the idle privilege enters with no message, and a
+// peer whose queue is not empty, that has asked already, or that another
+// try passes through, refuses at once with no message, since that goes
+// first. Otherwise a try goes
+// one edge towards the privilege, and each node on the way forwards it,
+// unless it can tell: a node with a request or another try of its own
+// waiting answers busy, and the holder answers busy if it is inside and
+// hands the privilege over if it is idle. The answer, busy or privilege,
+// comes back one edge at a time along the same path, and the nodes on it
+// hold their own requests back until it has passed. So a try costs 2d'
+// messages, where d' is the distance to the node that answered: 2d if the
+// privilege at distance d is handed over or its holder is inside.
 func NewRaymond(n int, opts ...Option) (*Cluster, error) {
 	return New(Raymond, n, opts...)
 }
@@ -109,13 +122,18 @@ type raymond struct {
 	using  bool  // in the critical section
 	asked  bool  // a request for the queue's head went to holder
 	queue  []int // FIFO of neighbours, or self, waiting for the privilege
+
+	// tryFrom is -1, or the node a try passing here came from (ourselves
+	// for our own try): the try went to holder, and its answer goes back
+	// to tryFrom. Meanwhile holder stays put and we ask nothing.
+	tryFrom int
 }
 
 // raymondParent is the parent of peer i in the default tree, heap order.
 func raymondParent(i int) int { return (i - 1) / 2 }
 
 func newRaymond(id, n int, cfg *config) (machine, error) {
-	r := &raymond{id: id, holder: id}
+	r := &raymond{id: id, holder: id, tryFrom: -1}
 	switch {
 	case cfg.treeParent != nil:
 		if p := cfg.treeParent[id]; p >= 0 {
@@ -131,6 +149,18 @@ func (r *raymond) step(ev event, out *output) {
 	switch ev.kind {
 	case evRequest:
 		r.queue = append(r.queue, r.id)
+	case evTry:
+		switch {
+		case r.holder == r.id:
+			r.using = true // the privilege is here and idle
+			out.enter()
+		case len(r.queue) > 0 || r.asked || r.tryFrom >= 0:
+			out.refuse() // a request, or another try passing here, goes first
+		default:
+			r.tryFrom = r.id
+			out.send(Message{Kind: KindTry, From: r.id, To: r.holder})
+		}
+		return
 	case evRelease:
 		r.using = false
 	case evMessage:
@@ -138,17 +168,57 @@ func (r *raymond) step(ev event, out *output) {
 		switch m.Kind {
 		case KindRequest:
 			r.queue = append(r.queue, m.From)
+		case KindTry:
+			r.onTry(m.From, out)
+			return
+		case KindBusy:
+			if r.tryFrom < 0 {
+				return
+			}
+			if r.tryFrom == r.id {
+				out.refuse()
+			} else {
+				out.send(Message{Kind: KindBusy, From: r.id, To: r.tryFrom})
+			}
+			r.tryFrom = -1
 		case KindPrivilege:
 			if r.holder == r.id {
 				panic(fmt.Sprintf("dmutex: raymond peer %d received a second privilege from peer %d", r.id, m.From))
 			}
 			r.holder = r.id
+			switch {
+			case r.tryFrom == r.id:
+				r.tryFrom = -1
+				r.using = true
+				out.enter()
+				return
+			case r.tryFrom >= 0:
+				// A try passing through: hand the privilege on towards it.
+				r.holder = r.tryFrom
+				r.tryFrom = -1
+				out.send(Message{Kind: KindPrivilege, From: r.id, To: r.holder})
+			}
 		default:
 			return
 		}
 	}
 	r.assignPrivilege(out)
 	r.makeRequest(out)
+}
+
+// onTry handles a try from neighbour y: forward it towards the privilege,
+// or answer it if this node can tell.
+func (r *raymond) onTry(y int, out *output) {
+	switch {
+	case r.tryFrom >= 0 || len(r.queue) > 0 || r.asked || (r.holder == r.id && r.using):
+		out.send(Message{Kind: KindBusy, From: r.id, To: y})
+	case r.holder == r.id:
+		r.holder = y
+		out.send(Message{Kind: KindPrivilege, From: r.id, To: y})
+	default:
+		r.tryFrom = y
+		out.send(Message{Kind: KindTry, From: r.id, To: r.holder})
+	}
 }
 
 // assignPrivilege hands the idle privilege to the queue's head: this
@@ -174,11 +244,23 @@ func (r *raymond) assignPrivilege(out *output) {
 // makeRequest asks the holder for the privilege, once, when someone here
 // waits for it.
 func (r *raymond) makeRequest(out *output) {
-	if r.holder == r.id || len(r.queue) == 0 || r.asked {
+	if r.holder == r.id || len(r.queue) == 0 || r.asked || r.tryFrom >= 0 {
 		return
 	}
 	out.send(Message{Kind: KindRequest, From: r.id, To: r.holder})
 	r.asked = true
+}
+
+// idleViolation reports what this peer still keeps once the cluster is at
+// rest, with every request and try answered and nothing in flight.
+func (r *raymond) idleViolation() string {
+	switch {
+	case r.using || r.asked || len(r.queue) > 0:
+		return fmt.Sprintf("keeps using %v, asked %v, queue %v", r.using, r.asked, r.queue)
+	case r.tryFrom >= 0:
+		return fmt.Sprintf("keeps a try from P%d", r.tryFrom)
+	}
+	return ""
 }
 
 func (r *raymond) hasToken() bool { return r.holder == r.id }
@@ -193,6 +275,7 @@ func (r *raymond) appendState(b []byte) []byte {
 	b = appendInt(b, r.holder)
 	b = appendBool(b, r.using)
 	b = appendBool(b, r.asked)
+	b = appendInt(b, r.tryFrom)
 	return appendInts(b, r.queue)
 }
 
@@ -201,10 +284,17 @@ func (r *raymond) describe() []Field {
 	if r.holder != r.id {
 		holder = fmt.Sprintf("P%d", r.holder)
 	}
-	return []Field{
+	fs := []Field{
 		{"HOLDER", holder},
 		{"USING", fmt.Sprint(r.using)},
 		{"ASKED", fmt.Sprint(r.asked)},
 		{"REQUEST_Q", describePeers(r.queue)},
 	}
+	switch {
+	case r.tryFrom == r.id:
+		fs = append(fs, Field{"try", "own, out"})
+	case r.tryFrom >= 0:
+		fs = append(fs, Field{"try", fmt.Sprintf("from P%d, passed on", r.tryFrom)})
+	}
+	return fs
 }

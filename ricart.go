@@ -1,6 +1,9 @@
 package dmutex
 
-import "fmt"
+import (
+	"fmt"
+	"slices"
+)
 
 // NewRicartAgrawala starts n peers running the algorithm of G. Ricart and
 // A. K. Agrawala, "An optimal algorithm for mutual exclusion in computer
@@ -36,6 +39,17 @@ import "fmt"
 // count assumes per-pair FIFO channels: a reply that overtakes its
 // sender's request can make the receiver, already done, answer that
 // request with a reply of its own.
+//
+// TryLock sends a try, stamped as a request, to every other peer, and
+// every peer answers it at once, never deferring it: a reply if it would
+// have replied to a request, busy if it is inside or waiting with an older
+// request. The try enters on n-1 replies and is refused on the first busy,
+// so it costs 2(n-1) messages either way (n-1 tries, n-1 answers), in both
+// variants: a try is always answered explicitly, and a trying peer answers
+// an older request explicitly too, since its try may be refused. A peer
+// that answered a try keeps nothing for it, and a refused peer sends at
+// once the replies it deferred while trying. A lone peer enters with no
+// message.
 func NewRicartAgrawala(n int, opts ...Option) (*Cluster, error) {
 	return New(RicartAgrawala, n, opts...)
 }
@@ -49,6 +63,7 @@ type ricart struct {
 
 	clock    uint64 // Lamport clock: highest timestamp seen
 	state    raState
+	trying   bool     // the outstanding request (raWanted) is a try
 	ts       uint64   // timestamp of the outstanding request
 	granted  []bool   // granted[j]: j's permission for ts is in
 	ngranted int      // how many are in
@@ -87,31 +102,49 @@ func newRicart(id, n int, cfg *config) (machine, error) {
 
 func (r *ricart) step(ev event, out *output) {
 	switch ev.kind {
-	case evRequest:
+	case evRequest, evTry:
 		r.clock++
 		r.ts = r.clock
 		r.state = raWanted
+		r.trying = ev.kind == evTry
 		clear(r.granted)
 		r.ngranted = 0
-		out.broadcast(r.id, r.n, Message{Kind: KindRequest, TS: r.ts})
+		kind := KindRequest
+		if r.trying {
+			kind = KindTry
+		}
+		out.broadcast(r.id, r.n, Message{Kind: kind, TS: r.ts})
 		r.check(out)
 	case evRelease:
 		r.state = raReleased
-		for j, t := range r.deferred {
-			if t != 0 {
-				r.deferred[j] = 0
-				out.send(Message{Kind: KindReply, From: r.id, To: j, TS: r.clock, Ref: t})
-			}
-		}
+		r.sendDeferred(out)
 	case evMessage:
 		m := ev.msg
 		switch m.Kind {
-		case KindRequest:
+		case KindRequest, KindTry:
 			r.onRequest(m, out)
 		case KindReply:
 			if r.state == raWanted && m.Ref == r.ts {
 				r.grant(m.From, out)
 			}
+		case KindBusy:
+			if r.state == raWanted && r.trying && m.Ref == r.ts {
+				// Refused: withdraw, and answer what the try deferred.
+				r.state = raReleased
+				r.trying = false
+				r.sendDeferred(out)
+				out.refuse()
+			}
+		}
+	}
+}
+
+// sendDeferred sends every reply deferred to our release.
+func (r *ricart) sendDeferred(out *output) {
+	for j, t := range r.deferred {
+		if t != 0 {
+			r.deferred[j] = 0
+			out.send(Message{Kind: KindReply, From: r.id, To: j, TS: r.clock, Ref: t})
 		}
 	}
 }
@@ -126,7 +159,12 @@ func (r *ricart) onRequest(m Message, out *output) {
 		r.seen[j] = t
 	}
 	mine := r.state == raHeld || (r.state == raWanted && before(r.ts, r.id, t, j))
+	try := m.Kind == KindTry
 	switch {
+	case mine && try:
+		// A try is never deferred, nor taken as a permission: it is
+		// refused, and j keeps nothing of it.
+		out.send(Message{Kind: KindBusy, From: r.id, To: j, TS: r.clock, Ref: t})
 	case mine:
 		// We go first: defer the reply to our release. With implicit
 		// replies, j's request, older than nothing of ours, is also j's
@@ -135,6 +173,10 @@ func (r *ricart) onRequest(m Message, out *output) {
 		if r.implicit && r.state == raWanted {
 			r.grant(j, out)
 		}
+	case try || r.trying:
+		// A try is answered explicitly; and while we try, our own try is
+		// no permission for j, who refuses it rather than count it.
+		out.send(Message{Kind: KindReply, From: r.id, To: j, TS: r.clock, Ref: t})
 	case r.implicit && r.state == raWanted:
 		// j goes first, and our own request, on its way to j or already
 		// there, is our permission for j: no reply.
@@ -154,8 +196,21 @@ func (r *ricart) grant(j int, out *output) {
 func (r *ricart) check(out *output) {
 	if r.state == raWanted && r.ngranted == r.n-1 {
 		r.state = raHeld
+		r.trying = false
 		out.enter()
 	}
+}
+
+// idleViolation reports what this peer still keeps once the cluster is at
+// rest, with every request and try answered and nothing in flight.
+func (r *ricart) idleViolation() string {
+	switch {
+	case r.state != raReleased || r.trying:
+		return fmt.Sprintf("keeps state %d (trying %v)", r.state, r.trying)
+	case slices.ContainsFunc(r.deferred, func(t uint64) bool { return t != 0 }):
+		return fmt.Sprintf("keeps deferred replies %v", r.deferred)
+	}
+	return ""
 }
 
 func (r *ricart) requestTS() uint64 { return r.ts }
@@ -171,6 +226,7 @@ func (r *ricart) clone() machine {
 func (r *ricart) appendState(b []byte) []byte {
 	b = appendUint(b, r.clock)
 	b = append(b, byte(r.state))
+	b = appendBool(b, r.trying)
 	b = appendUint(b, r.ts)
 	b = appendBools(b, r.granted)
 	b = appendUints(b, r.deferred)
@@ -185,6 +241,9 @@ func (r *ricart) describe() []Field {
 		{"request", describeTS(r.state != raReleased, r.ts)},
 		{"replies in", fmt.Sprintf("%d of %d", r.ngranted, r.n-1)},
 		{"deferred", describeStamps(r.deferred)},
+	}
+	if r.trying {
+		fs = append(fs, Field{"trying", "true"})
 	}
 	if r.implicit {
 		fs = append(fs, Field{"latest request seen", fmt.Sprint(r.seen)})

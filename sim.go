@@ -128,6 +128,8 @@ const (
 	EventCrash                          // the peer crashed
 	EventPartition                      // the network was cut into Groups
 	EventHeal                           // the partition ended
+	EventTry                            // the peer's machine is asked to try the critical section (TryLock)
+	EventRefused                        // the peer's try was refused
 )
 
 var eventNames = [...]string{
@@ -140,11 +142,13 @@ var eventNames = [...]string{
 	EventCrash:     "crash",
 	EventPartition: "partition",
 	EventHeal:      "heal",
+	EventTry:       "try",
+	EventRefused:   "refused",
 }
 
 // String returns the kind's name, such as "receive".
 func (k EventKind) String() string {
-	if k >= EventRequest && k <= EventHeal {
+	if k >= EventRequest && k <= EventRefused {
 		return eventNames[k]
 	}
 	return fmt.Sprintf("EventKind(%d)", uint8(k))

@@ -369,7 +369,7 @@ func TestSimulationFaultsBadInput(t *testing.T) {
 }
 
 func TestEventKindStringFaults(t *testing.T) {
-	for k, want := range map[EventKind]string{EventLost: "lost", EventCrash: "crash", EventPartition: "partition", EventHeal: "heal", EventHeal + 1: "EventKind(10)"} {
+	for k, want := range map[EventKind]string{EventLost: "lost", EventCrash: "crash", EventPartition: "partition", EventHeal: "heal", EventTry: "try", EventRefused: "refused", EventRefused + 1: "EventKind(12)"} {
 		assert.Equal(t, want, k.String())
 	}
 }

@@ -54,6 +54,10 @@ func (wd *World) WriteMermaid(w io.Writer) error {
 			fmt.Fprintf(bw, "    Note over P%d: wants in\n", e.Peer)
 		case EventReceive:
 			fmt.Fprintf(bw, "    P%d->>P%d: %s\n", e.Msg.From, e.Msg.To, formatMessage(e.Msg, false))
+		case EventTry:
+			fmt.Fprintf(bw, "    Note over P%d: tries\n", e.Peer)
+		case EventRefused:
+			fmt.Fprintf(bw, "    Note over P%d: refused\n", e.Peer)
 		case EventEnter:
 			fmt.Fprintf(bw, "    Note over P%d: enters\n", e.Peer)
 		case EventLeave:

@@ -1,6 +1,9 @@
 package dmutex
 
-import "fmt"
+import (
+	"fmt"
+	"slices"
+)
 
 // NewSuzukiKasami starts n peers running the Suzuki-Kasami broadcast token
 // algorithm; the token starts at peer 0.
@@ -40,6 +43,17 @@ import "fmt"
 // to a partition is served only if some peer that did see it later holds
 // the token and queues it at release; otherwise its requester waits
 // forever, even after the partition heals.
+//
+// TryLock: the holder of the idle token enters with no message. Any other
+// peer sends a try (TS its next request number) to every other peer, and
+// exactly one peer answers it, the one that holds the token when the try
+// reaches it, or the first that receives the token afterwards: an idle
+// holder sends the token, which the try enters with; a holder that is
+// inside, or has just received the token for its own request, answers
+// busy and marks the try satisfied in the token's LN, so no later holder
+// answers it again or queues it. So a try costs n messages, entered or
+// refused (n-1 tries and one token or busy). A token on its way to a
+// requester means a request goes first.
 func NewSuzukiKasami(n int, opts ...Option) (*Cluster, error) {
 	return New(SuzukiKasami, n, opts...)
 }
@@ -54,8 +68,10 @@ type suzukiKasami struct {
 	id, n int
 
 	rn      []uint64 // rn[j]: highest request number seen from peer j
+	tries   []bool   // tries[j]: request rn[j] is a try
 	token   *Token   // the token while this peer holds it, else nil
 	wanting bool     // our request is out and the token has not come yet
+	trying  bool     // with wanting: our request is a try
 	inside  bool     // in the critical section (always with the token)
 
 	queued []bool // scratch for release and validToken: marks peers in the queue; not state
@@ -63,9 +79,10 @@ type suzukiKasami struct {
 
 func newSuzukiKasami(id, n int, cfg *config) (machine, error) {
 	s := &suzukiKasami{
-		id: id,
-		n:  n,
-		rn: make([]uint64, n),
+		id:    id,
+		n:     n,
+		rn:    make([]uint64, n),
+		tries: make([]bool, n),
 	}
 	if id == 0 {
 		s.token = &Token{LN: make([]uint64, n)}
@@ -75,7 +92,7 @@ func newSuzukiKasami(id, n int, cfg *config) (machine, error) {
 
 func (s *suzukiKasami) step(ev event, out *output) {
 	switch ev.kind {
-	case evRequest:
+	case evRequest, evTry:
 		if s.token != nil {
 			// The token is here and idle: enter without a message.
 			s.inside = true
@@ -84,16 +101,38 @@ func (s *suzukiKasami) step(ev event, out *output) {
 		}
 		s.rn[s.id]++
 		s.wanting = true
-		out.broadcast(s.id, s.n, Message{Kind: KindRequest, TS: s.rn[s.id]})
+		s.trying = ev.kind == evTry
+		kind := KindRequest
+		if s.trying {
+			kind = KindTry
+		}
+		out.broadcast(s.id, s.n, Message{Kind: kind, TS: s.rn[s.id]})
 	case evRelease:
 		s.release(out)
 	case evMessage:
 		m := ev.msg
 		switch m.Kind {
-		case KindRequest:
-			s.onRequest(m.From, m.TS, out)
+		case KindRequest, KindTry:
+			s.onRequest(m.From, m.TS, m.Kind == KindTry, out)
 		case KindToken:
 			s.onToken(m, out)
+		case KindBusy:
+			if s.trying && m.TS == s.rn[s.id] {
+				s.wanting, s.trying = false, false
+				out.refuse()
+			}
+		}
+	}
+}
+
+// answerTries refuses, as the token's holder that is inside, every try
+// that no holder has answered yet, and marks it satisfied in the token.
+func (s *suzukiKasami) answerTries(out *output) {
+	t := s.token
+	for j, try := range s.tries {
+		if try && j != s.id && s.rn[j] == t.LN[j]+1 {
+			t.LN[j] = s.rn[j]
+			out.send(Message{Kind: KindBusy, From: s.id, To: j, TS: s.rn[j]})
 		}
 	}
 }
@@ -101,9 +140,17 @@ func (s *suzukiKasami) step(ev event, out *output) {
 // onRequest records request number num from peer j and, if this peer
 // holds the token idle and the request is not yet satisfied, sends the
 // token to j at once.
-func (s *suzukiKasami) onRequest(j int, num uint64, out *output) {
-	s.rn[j] = max(s.rn[j], num)
-	if s.token == nil || s.inside {
+func (s *suzukiKasami) onRequest(j int, num uint64, try bool, out *output) {
+	if num > s.rn[j] {
+		s.rn[j], s.tries[j] = num, try
+	}
+	if s.token == nil {
+		return
+	}
+	if s.inside {
+		if s.tries[j] {
+			s.answerTries(out)
+		}
 		return
 	}
 	// An outdated request (num <= LN[j]) leaves rn[j] == LN[j], so this
@@ -125,9 +172,10 @@ func (s *suzukiKasami) onToken(m Message, out *output) {
 	}
 	s.token = m.Token.clone()
 	if s.wanting {
-		s.wanting = false
+		s.wanting, s.trying = false, false
 		s.inside = true
 		out.enter()
+		s.answerTries(out)
 	}
 }
 
@@ -194,11 +242,24 @@ func (s *suzukiKasami) sendToken(j int, out *output) {
 	s.token = nil
 }
 
+// idleViolation reports what this peer still keeps once the cluster is at
+// rest, with every request and try answered and nothing in flight.
+func (s *suzukiKasami) idleViolation() string {
+	switch {
+	case s.wanting || s.trying || s.inside:
+		return "keeps a request"
+	case s.token != nil && len(s.token.Queue) > 0:
+		return fmt.Sprintf("keeps token queue %v", s.token.Queue)
+	}
+	return ""
+}
+
 func (s *suzukiKasami) hasToken() bool { return s.token != nil }
 
 func (s *suzukiKasami) clone() machine {
 	c := *s
 	c.rn = append([]uint64(nil), s.rn...)
+	c.tries = append([]bool(nil), s.tries...)
 	c.token = s.token.clone()
 	c.queued = nil
 	return &c
@@ -206,12 +267,14 @@ func (s *suzukiKasami) clone() machine {
 
 func (s *suzukiKasami) appendState(b []byte) []byte {
 	b = appendUints(b, s.rn)
+	b = appendBools(b, s.tries)
 	b = appendBool(b, s.token != nil)
 	if s.token != nil {
 		b = appendUints(b, s.token.LN)
 		b = appendInts(b, s.token.Queue)
 	}
 	b = appendBool(b, s.wanting)
+	b = appendBool(b, s.trying)
 	return appendBool(b, s.inside)
 }
 
@@ -220,6 +283,12 @@ func (s *suzukiKasami) describe() []Field {
 		{"RN", fmt.Sprint(s.rn)},
 		{"wanting", fmt.Sprint(s.wanting)},
 		{"token", fmt.Sprint(s.token != nil)},
+	}
+	if s.trying {
+		fs = append(fs, Field{"trying", "true"})
+	}
+	if slices.Contains(s.tries, true) {
+		fs = append(fs, Field{"tries", fmt.Sprint(s.tries)})
 	}
 	if s.token != nil {
 		fs = append(fs, Field{"LN", fmt.Sprint(s.token.LN)}, Field{"token queue", describePeers(s.token.Queue)})

@@ -50,6 +50,19 @@ import "fmt"
 // passed across the cut; one that only delays them holds the token at the
 // cut until it heals. A lost wake leaves its sender waiting until the
 // token next comes by, which is never if the token rests.
+//
+// TryLock: the holder of the resting token enters with no message. A peer
+// that knows where the token would come to rest sends a try there (TS
+// that hop); if the token rests there, idle, it comes straight to the
+// trier, as if it had passed the peers in between unused (its hop count
+// jumps to the trier's next turn), and otherwise the peer answers busy. So
+// a try costs 2 messages, entered or refused, plus the idle lap after the
+// release as for any entry. A peer that cannot know where the token rests
+// (it passed the token on after using or waking it, so the token is on a
+// lap in use or bound to come back here) refuses at once with no message:
+// a token on the move means someone has priority. The peers the token
+// jumped over wait for it as before and are served by the lap after the
+// trier's release.
 func NewTokenRing(n int, opts ...Option) (*Cluster, error) {
 	return New(TokenRing, n, opts...)
 }
@@ -61,6 +74,7 @@ type tokenRing struct {
 	hold    bool // the token is here: at rest, or in use when inside
 	inside  bool
 	wanting bool // we want the token and do not have it yet
+	trying  bool // with wanting: a try, waiting for the token or a busy
 
 	// While holding: hop is the hop number at which the token arrived.
 	hop uint64
@@ -96,6 +110,17 @@ func (r *tokenRing) step(ev event, out *output) {
 			// The token may come to rest before it comes by: wake it.
 			out.send(Message{Kind: KindRequest, From: r.id, To: r.peerAt(r.rest), TS: r.rest})
 		}
+	case evTry:
+		switch {
+		case r.hold:
+			r.inside = true
+			out.enter()
+		case r.rest == r.next:
+			out.refuse()
+		default:
+			r.wanting, r.trying = true, true
+			out.send(Message{Kind: KindTry, From: r.id, To: r.peerAt(r.rest), TS: r.rest})
+		}
 	case evRelease:
 		r.inside = false
 		if r.n > 1 {
@@ -108,8 +133,33 @@ func (r *tokenRing) step(ev event, out *output) {
 			r.onToken(m, out)
 		case KindRequest:
 			r.onWake(m.TS, out)
+		case KindTry:
+			r.onTry(m.From, m.TS, out)
+		case KindBusy:
+			// The answer to our try names the hop it asked about; our
+			// rest only changes when we pass the token, after entering.
+			if r.trying && m.TS == r.rest {
+				r.wanting, r.trying = false, false
+				out.refuse()
+			}
 		}
 	}
+}
+
+// onTry answers peer j's try, sent for hop k: the resting token goes
+// straight to j, at the hop of j's next turn, and anything else is busy.
+func (r *tokenRing) onTry(j int, k uint64, out *output) {
+	if !r.hold || r.inside {
+		out.send(Message{Kind: KindBusy, From: r.id, To: j, TS: k})
+		return
+	}
+	skip := uint64((j - r.id + r.n) % r.n)
+	r.hold = false
+	out.send(Message{Kind: KindToken, From: r.id, To: j, TS: r.hop + skip})
+	// The trier uses the token, so it comes back round after its release
+	// without resting first.
+	r.next = r.hop + uint64(r.n)
+	r.rest = r.next
 }
 
 func (r *tokenRing) onToken(m Message, out *output) {
@@ -122,7 +172,7 @@ func (r *tokenRing) onToken(m Message, out *output) {
 	r.woken = false
 	switch idle := m.Ref + 1; {
 	case r.wanting:
-		r.wanting = false
+		r.wanting, r.trying = false, false
 		r.inside = true
 		out.enter()
 	case idle < uint64(r.n):
@@ -159,6 +209,15 @@ func (r *tokenRing) pass(idle uint64, out *output) {
 	r.rest = r.hop + uint64(r.n) - idle
 }
 
+// idleViolation reports what this peer still keeps once the cluster is at
+// rest, with every request and try answered and nothing in flight.
+func (r *tokenRing) idleViolation() string {
+	if r.wanting || r.trying || r.inside {
+		return "keeps a request"
+	}
+	return ""
+}
+
 func (r *tokenRing) peerAt(hop uint64) int { return int(hop % uint64(r.n)) }
 
 func (r *tokenRing) hasToken() bool { return r.hold }
@@ -172,6 +231,7 @@ func (r *tokenRing) appendState(b []byte) []byte {
 	b = appendBool(b, r.hold)
 	b = appendBool(b, r.inside)
 	b = appendBool(b, r.wanting)
+	b = appendBool(b, r.trying)
 	if r.hold {
 		return appendUint(b, r.hop)
 	}
@@ -182,6 +242,9 @@ func (r *tokenRing) appendState(b []byte) []byte {
 
 func (r *tokenRing) describe() []Field {
 	fs := []Field{{"token", fmt.Sprint(r.hold)}, {"wanting", fmt.Sprint(r.wanting)}}
+	if r.trying {
+		fs = append(fs, Field{"trying", "true"})
+	}
 	if r.hold {
 		return append(fs, Field{"arrived at hop", fmt.Sprint(r.hop)})
 	}

@@ -54,6 +54,7 @@ type World struct {
 	seq         uint64 // serial number of the last message sent
 	outstanding int    // requests made (by Request or a transition) and not yet completed by a leave
 	idle        int    // deliveries since the last entry or exit
+	refusedAt   int    // the step in which a try was last refused
 	err         error  // the first violation
 
 	tokens   bool // the machines implement tokenHolder
@@ -80,6 +81,8 @@ type World struct {
 // as a Peer keeps it beside its own.
 type peerStatus struct {
 	budget    int  // requests the peer may still make as transitions
+	tries     int  // tries (TryLock) the peer may still make as transitions
+	trying    bool // with requested: the outstanding request is a try
 	pending   int  // Request calls queued locally, not yet given to the machine
 	requested bool // the machine has a request outstanding
 	inside    bool // in the critical section
@@ -159,6 +162,7 @@ const (
 	TransLeave                             // the peer inside leaves the critical section
 	TransCrash                             // the peer crashes for good
 	TransLose                              // a message in flight is lost
+	TransTry                               // the peer tries the critical section, as TryLock does
 	numTransitionKinds
 )
 
@@ -169,6 +173,7 @@ var transitionLetters = [numTransitionKinds]byte{
 	TransLeave:   'l',
 	TransCrash:   'c',
 	TransLose:    'x',
+	TransTry:     't',
 }
 
 // A Transition is one move a World can make. Its ID is stable and small,
@@ -182,7 +187,7 @@ type Transition struct {
 
 // ID returns the transition's identity: a letter for the kind and the
 // peer or the message's serial number, such as "r0" (P0 requests), "d7"
-// (message 7 is delivered), "l2", "c1" or "x7".
+// (message 7 is delivered), "l2", "c1", "x7" or "t1" (P1 tries).
 func (t Transition) ID() string {
 	if t.Kind == 0 || t.Kind >= numTransitionKinds {
 		return "?"
@@ -200,6 +205,8 @@ func (t Transition) String() string {
 	switch t.Kind {
 	case TransRequest:
 		return fmt.Sprintf("P%d requests", t.Peer)
+	case TransTry:
+		return fmt.Sprintf("P%d tries", t.Peer)
 	case TransDeliver:
 		return fmt.Sprintf("P%d receives %s", t.Peer, formatMessage(t.Msg, true))
 	case TransLeave:
@@ -213,15 +220,20 @@ func (t Transition) String() string {
 }
 
 // A Step is what one Apply did: the transition taken, the peer that
-// entered in it (or -1), and, when the world records a trace, its events.
+// entered in it (or -1), whether the try of the transition's peer was
+// refused in it, and, when the world records a trace, its events.
 type Step struct {
 	Transition Transition
 	Entered    int
+	Refused    bool
 	Events     []Event
 }
 
 // String describes the step, such as "P1 receives reply P0->P1, enters".
 func (s Step) String() string {
+	if s.Refused {
+		return s.Transition.String() + ", refused"
+	}
 	if s.Entered >= 0 {
 		if s.Entered == s.Transition.Peer {
 			return s.Transition.String() + ", enters"
@@ -234,10 +246,12 @@ func (s Step) String() string {
 // A PeerStatus is what a World knows of one peer beside its machine.
 type PeerStatus struct {
 	Waiting bool // a request is out and the peer has not entered
+	Trying  bool // with Waiting: the request is a try, which enters or is refused
 	Inside  bool // in the critical section
 	Crashed bool
 	Pending int // Request calls queued at the peer behind the current one
 	Budget  int // requests the peer may still make as transitions, or Unlimited
+	Tries   int // tries the peer may still make as transitions, or Unlimited
 }
 
 // InFlight is a message in flight and its serial number.
@@ -268,11 +282,31 @@ func WithRequests(k int) Option {
 	}
 }
 
+// WithTries lets every peer of a World make k tries, each as a transition
+// of its own (TransTry) whenever the peer is idle, beside its requests; k
+// may be Unlimited. A try is what TryLock asks of the machine: it enters,
+// or it is refused, without waiting for a holder to leave. The default is
+// none. It applies to NewWorld only.
+func WithTries(k int) Option {
+	return Option{
+		name:  "WithTries",
+		where: forWorld,
+		apply: func(c *config) error {
+			if k < Unlimited {
+				return fmt.Errorf("%w: WithTries(%d): want zero or more, or Unlimited", ErrInvalidConfig, k)
+			}
+			c.tries = k
+			return nil
+		},
+	}
+}
+
 // NewWorld builds the world of n peers running alg at its start: nothing
 // requested and nothing in flight. It takes the algorithm's options and
 // WithDelivery (DeliverFIFO, the default, for per-pair FIFO queues; any
 // other policy for an unordered bag), WithUnsafeDelivery, WithoutTrace,
-// WithLoss, WithSeed (for the loss draws), WithVariant and WithRequests.
+// WithLoss, WithSeed (for the loss draws), WithVariant, WithRequests and
+// WithTries.
 // Invalid n or options give an error wrapping ErrInvalidConfig.
 func NewWorld(alg Algorithm, n int, opts ...Option) (*World, error) {
 	cfg, err := newConfig(alg, n, forWorld, opts)
@@ -313,6 +347,7 @@ func newWorld(cfg *config, build func(id, n int) machine) (*World, error) {
 		w.ms = append(w.ms, m)
 		w.own[i] = true
 		w.peers[i].budget = cfg.requests
+		w.peers[i].tries = cfg.tries
 	}
 	w.classify()
 	if cfg.sim.delivery == DeliverFIFO {
@@ -414,10 +449,12 @@ func (w *World) Peer(p int) PeerStatus {
 	s := w.peers[p]
 	return PeerStatus{
 		Waiting: s.requested,
+		Trying:  s.trying,
 		Inside:  s.inside,
 		Crashed: w.isCrashed(p),
 		Pending: s.pending,
 		Budget:  s.budget,
+		Tries:   s.tries,
 	}
 }
 
@@ -492,10 +529,16 @@ func (w *World) appendTransitions(trs []Transition, faults bool) []Transition {
 			continue
 		}
 		s := &w.peers[p]
-		if s.inside {
+		switch {
+		case s.inside:
 			trs = append(trs, Transition{Kind: TransLeave, Peer: p})
-		} else if !s.requested && s.budget != 0 {
-			trs = append(trs, Transition{Kind: TransRequest, Peer: p})
+		case !s.requested:
+			if s.budget != 0 {
+				trs = append(trs, Transition{Kind: TransRequest, Peer: p})
+			}
+			if s.tries != 0 {
+				trs = append(trs, Transition{Kind: TransTry, Peer: p})
+			}
 		}
 	}
 	if w.queues != nil {
@@ -604,6 +647,12 @@ func (w *World) apply(t Transition) (Step, error) {
 		w.leave(t.Peer)
 	case TransDeliver:
 		w.deliver(w.take(t.Msg.From, t.Msg.To, t.Seq))
+	case TransTry:
+		if w.peers[t.Peer].tries > 0 {
+			w.peers[t.Peer].tries--
+		}
+		w.outstanding++
+		w.try(t.Peer)
 	case TransCrash:
 		w.f.crashLeft--
 		w.crash(t.Peer)
@@ -615,7 +664,7 @@ func (w *World) apply(t Transition) (Step, error) {
 	if w.err == nil {
 		w.err = w.checkTokens()
 	}
-	st := Step{Transition: t, Entered: -1}
+	st := Step{Transition: t, Entered: -1, Refused: w.refusedAt == w.step}
 	if w.entries != before && len(w.inside) > 0 {
 		st.Entered = w.inside[len(w.inside)-1]
 	}
@@ -631,7 +680,7 @@ func (w *World) enabled(t Transition) bool {
 		return false
 	}
 	switch t.Kind {
-	case TransRequest, TransLeave, TransCrash:
+	case TransRequest, TransLeave, TransCrash, TransTry:
 		return slices.Contains(w.appendTransitions(nil, true), Transition{Kind: t.Kind, Peer: t.Peer})
 	case TransDeliver, TransLose:
 		m := t.Msg
@@ -752,6 +801,34 @@ func (w *World) ask(peer int) {
 	w.stepMachine(peer, event{kind: evRequest})
 }
 
+// try gives one try to peer's machine.
+func (w *World) try(peer int) {
+	w.peers[peer].requested = true
+	w.peers[peer].trying = true
+	w.record(Event{Kind: EventTry, Peer: peer})
+	if w.order == orderCoordinator && peer == w.coordinator() {
+		w.arrivals = append(slices.Clip(w.arrivals), peer)
+	}
+	w.stepMachine(peer, event{kind: evTry})
+}
+
+// refuse records that peer's machine refused its try.
+func (w *World) refuse(peer int) {
+	p := &w.peers[peer]
+	if !p.trying {
+		w.fail("peer %d refused a try it did not make", peer)
+		return
+	}
+	p.requested, p.trying = false, false
+	w.outstanding--
+	w.idle = 0
+	w.refusedAt = w.step
+	w.record(Event{Kind: EventRefused, Peer: peer})
+	if i := slices.Index(w.arrivals, peer); i >= 0 {
+		w.arrivals = slices.Delete(slices.Clone(w.arrivals), i, i+1)
+	}
+}
+
 func (w *World) coordinator() int { return w.ms[0].(coordinated).coordinatorID() }
 
 // stepMachine steps peer's machine with ev and puts its output into
@@ -765,6 +842,9 @@ func (w *World) stepMachine(peer int, ev event) {
 	}
 	if w.out.entered {
 		w.enter(peer, ev.kind)
+	}
+	if w.out.refused {
+		w.refuse(peer)
 	}
 }
 
@@ -820,6 +900,11 @@ func (w *World) deliver(e envelope) {
 		w.arrivals = append(slices.Clip(w.arrivals), e.m.From)
 	}
 	w.stepMachine(to, event{kind: evMessage, msg: e.m})
+	if w.order == orderCoordinator && e.m.Kind == KindTry && to == w.coordinator() &&
+		!slices.ContainsFunc(w.out.msgs, func(m Message) bool { return m.Kind == KindBusy }) {
+		// A try is never queued: for the order, it arrives when granted.
+		w.arrivals = append(slices.Clip(w.arrivals), e.m.From)
+	}
 }
 
 func (w *World) enter(peer int, cause eventKind) {
@@ -856,7 +941,7 @@ func (w *World) enter(peer int, cause eventKind) {
 		}
 		w.arrivals = w.arrivals[1:]
 	}
-	p.requested = false
+	p.requested, p.trying = false, false
 	p.inside = true
 	w.inside = append(w.inside, peer)
 	w.entries++
@@ -1158,6 +1243,8 @@ func (w *World) appendState(b []byte, scratch *[][]byte, sbuf *[]byte) []byte {
 		b = append(b, *sbuf...)
 		s := &w.peers[p]
 		b = appendInt(b, s.budget)
+		b = appendInt(b, s.tries)
+		b = appendBool(b, s.trying)
 		b = appendInt(b, s.pending)
 		b = appendBool(b, s.requested)
 		b = appendBool(b, s.inside)

@@ -56,6 +56,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	variant := fs.String("variant", "", "a broken variant from -list (implies -alg)")
 	n := fs.Int("n", 0, "number of peers (default 3, or the variant's)")
 	requests := fs.String("requests", "", "requests per peer (default 1, or the variant's); \"unlimited\" for no end")
+	tries := fs.String("tries", "", "tries (TryLock) per peer beside the requests (default 0); \"unlimited\" for no end")
 	netFlag := fs.String("net", "", "network: fifo or unordered (default fifo, or the variant's)")
 	maxStates := fs.Int("max-states", dmutex.DefaultMaxStates, "stop after this many states; -1 for no limit")
 	asJSON := fs.Bool("json", false, "print the result as one JSON object")
@@ -127,6 +128,17 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			return bad("-requests: %q is not a positive number or unlimited", *requests)
 		}
 		cfg.Requests = k
+	}
+	switch r := strings.ToLower(*tries); r {
+	case "":
+	case "unlimited":
+		cfg.Tries = dmutex.Unlimited
+	default:
+		k, err := strconv.Atoi(r)
+		if err != nil || k < 0 {
+			return bad("-tries: %q is not a number or unlimited", *tries)
+		}
+		cfg.Tries = k
 	}
 	if *netFlag != "" {
 		nw, err := dmutex.ParseNetwork(*netFlag)
@@ -254,7 +266,11 @@ func writeText(w io.Writer, r dmutex.CheckResult, mermaid bool) {
 	if r.Variant != "" {
 		name = r.Variant
 	}
-	fmt.Fprintf(w, "%s: n=%d requests=%s network=%s", name, r.N, requestsString(r.Requests), r.Network)
+	fmt.Fprintf(w, "%s: n=%d requests=%s", name, r.N, requestsString(r.Requests))
+	if r.Tries != 0 {
+		fmt.Fprintf(w, " tries=%s", requestsString(r.Tries))
+	}
+	fmt.Fprintf(w, " network=%s", r.Network)
 	if r.Faults != "" {
 		fmt.Fprintf(w, " faults=%q", r.Faults)
 	}

@@ -41,6 +41,18 @@ func TestRicartAgrawalaJSON(t *testing.T) {
 	assert.Contains(t, m, "maxOvertakes")
 }
 
+// TestTriesJSON: -tries puts TryLock in the mix, and the JSON says so.
+func TestTriesJSON(t *testing.T) {
+	code, stdout, stderr := runCmd(t, "-alg", "suzuki-kasami", "-n", "3", "-tries", "1", "-json")
+	require.Equal(t, 0, code, stderr)
+	var m map[string]any
+	require.NoError(t, json.Unmarshal([]byte(stdout), &m))
+	for _, k := range []string{"safe", "deadlockFree", "starvationFree", "complete"} {
+		assert.Equal(t, true, m[k], k)
+	}
+	assert.Equal(t, float64(1), m["tries"])
+}
+
 // TestEveryVariantRefuted: -variant NAME alone exits 1 with a trace.
 func TestEveryVariantRefuted(t *testing.T) {
 	for _, v := range dmutex.Variants() {
@@ -115,6 +127,7 @@ func TestBadUsage(t *testing.T) {
 		{[]string{"-alg", "lamport", "-n", "-2"}, "-n: -2 is not a number of peers"},
 		{[]string{"-alg", "lamport", "-requests", "0"}, `-requests: "0" is not a positive number`},
 		{[]string{"-alg", "lamport", "-net", "tcp"}, `-net: "tcp" is not fifo or unordered`},
+		{[]string{"-alg", "lamport", "-tries", "-1"}, `-tries: "-1" is not a number or unlimited`},
 		{[]string{"-alg", "lamport", "-crash", "me"}, `-crash: "me" is not any or a peer id`},
 		{[]string{"-alg", "lamport", "-crash", "7"}, "crash of peer 7 out of range"},
 		{[]string{"-alg", "lamport", "-lose", "letter"}, `-lose: "letter" is not any or a message kind`},

@@ -46,6 +46,8 @@ const (
 	Kind_KIND_INQUIRE     Kind = 8
 	Kind_KIND_FAILED      Kind = 9
 	Kind_KIND_RELINQUISH  Kind = 10
+	Kind_KIND_TRY         Kind = 11
+	Kind_KIND_BUSY        Kind = 12
 )
 
 // Enum value maps for Kind.
@@ -62,6 +64,8 @@ var (
 		8:  "KIND_INQUIRE",
 		9:  "KIND_FAILED",
 		10: "KIND_RELINQUISH",
+		11: "KIND_TRY",
+		12: "KIND_BUSY",
 	}
 	Kind_value = map[string]int32{
 		"KIND_UNSPECIFIED": 0,
@@ -75,6 +79,8 @@ var (
 		"KIND_INQUIRE":     8,
 		"KIND_FAILED":      9,
 		"KIND_RELINQUISH":  10,
+		"KIND_TRY":         11,
+		"KIND_BUSY":        12,
 	}
 )
 
@@ -523,7 +529,7 @@ const file_wire_proto_rawDesc = "" +
 	"\x02ln\x18\x01 \x03(\x04R\x02ln\x12\x14\n" +
 	"\x05queue\x18\x02 \x03(\rR\x05queue\"\x17\n" +
 	"\x03Ack\x12\x10\n" +
-	"\x03seq\x18\x01 \x01(\x04R\x03seq*\xcd\x01\n" +
+	"\x03seq\x18\x01 \x01(\x04R\x03seq*\xea\x01\n" +
 	"\x04Kind\x12\x14\n" +
 	"\x10KIND_UNSPECIFIED\x10\x00\x12\x10\n" +
 	"\fKIND_REQUEST\x10\x01\x12\x0e\n" +
@@ -539,7 +545,9 @@ const file_wire_proto_rawDesc = "" +
 	"\fKIND_INQUIRE\x10\b\x12\x0f\n" +
 	"\vKIND_FAILED\x10\t\x12\x13\n" +
 	"\x0fKIND_RELINQUISH\x10\n" +
-	"2A\n" +
+	"\x12\f\n" +
+	"\bKIND_TRY\x10\v\x12\r\n" +
+	"\tKIND_BUSY\x10\f2A\n" +
 	"\x04Link\x129\n" +
 	"\aConnect\x12\x15.dmutex.wire.v1.Frame\x1a\x13.dmutex.wire.v1.Ack(\x010\x01B8Z6github.com/dmutex/dmutex/grpctransport/internal/wirepbb\x06proto3"
 

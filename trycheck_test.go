@@ -1,0 +1,145 @@
+package dmutex
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// tryMix is one mix of requests and tries for the model checker: peer i
+// makes requests[i] requests and tries[i] tries, in any order.
+type tryMix struct {
+	name            string
+	requests, tries []int
+}
+
+// tryMixes are small enough for every algorithm but Lamport: a try
+// against two requests; a request against two tries; two tries against a
+// request elsewhere; and two peers that each request and try twice.
+var tryMixes = []tryMix{
+	{"r110-t001", []int{1, 1, 0}, []int{0, 0, 1}},
+	{"r100-t011", []int{1, 0, 0}, []int{0, 1, 1}},
+	{"r001-t110", []int{0, 0, 1}, []int{1, 1, 0}},
+	{"r22-t22", []int{2, 2}, []int{2, 2}},
+}
+
+// lamportTryMixes replace tryMixes for Lamport, whose clocks make every
+// delivery order a state of its own: the mixes above take 1.5 to 3.7
+// million states each (-dmutex.big runs them).
+var lamportTryMixes = []tryMix{
+	{"r10-t01", []int{1, 0}, []int{0, 1}},
+	{"r11-t11", []int{1, 1}, []int{1, 1}},
+	{"r100-t010", []int{1, 0, 0}, []int{0, 1, 0}},
+	{"r000-t011", []int{0, 0, 0}, []int{0, 1, 1}},
+}
+
+func (mx tryMix) config(alg Algorithm, opts []Option, net Network) CheckConfig {
+	return CheckConfig{
+		Algorithm: alg, Options: opts, N: len(mx.requests), Network: net,
+		RequestsPerPeer: mx.requests, TriesPerPeer: mx.tries, MaxStates: *maxStates,
+	}
+}
+
+// TestModelCheckTry has Check explore small clusters of every algorithm
+// with TryLock in the mix: peers make requests and tries, in every
+// interleaving. Every property must hold: mutual exclusion, the promised
+// order, exactly one token, no deadlock (a try never answered is a peer
+// that waits for ever), no starvation, and at rest no peer may keep
+// anything for a request or try that is over (idleViolation), so a
+// refused try strands nothing.
+func TestModelCheckTry(t *testing.T) {
+	for _, v := range variants() {
+		nets := []Network{NetworkFIFO}
+		if !v.alg.NeedsFIFO() {
+			nets = append(nets, NetworkUnordered)
+		}
+		mixes := tryMixes
+		switch {
+		case v.alg == Lamport && !*bigChecks:
+			mixes = lamportTryMixes
+		case v.alg == TokenRing || v.alg == Raymond:
+			// A longer ring, and a tree with a node two hops from the
+			// root, that a try crosses.
+			mixes = append(slices.Clip(mixes), tryMix{"r1000-t0111", []int{1, 0, 0, 0}, []int{0, 1, 1, 1}})
+		}
+		for _, net := range nets {
+			for _, mx := range mixes {
+				name := fmt.Sprintf("%s/%s/%v", v.name, mx.name, net)
+				t.Run(name, func(t *testing.T) {
+					if v.opts != nil && net == NetworkUnordered && mx.name == "r22-t22" && !*bigChecks {
+						t.Skip("0.7M states, 12 s; run with -dmutex.big")
+					}
+					res := mustCheck(t, mx.config(v.alg, v.opts, net))
+					require.Nil(t, res.Violation, "%v", res.Violation)
+					require.True(t, res.Complete, "stopped after %d states", res.States)
+					assert.True(t, res.Safe)
+					assert.True(t, res.DeadlockFree)
+					assert.True(t, res.StarvationFree)
+					t.Logf("%s: %d states, %d transitions, %.2fs", name, res.States, res.Transitions, res.Seconds)
+				})
+			}
+		}
+	}
+}
+
+// raTryDrops is Ricart-Agrawala whose refused try forgets the replies it
+// deferred while trying, instead of sending them.
+type raTryDrops struct{ *ricart }
+
+func (r *raTryDrops) step(ev event, out *output) {
+	n := len(out.msgs)
+	r.ricart.step(ev, out)
+	if out.refused {
+		out.msgs = slices.DeleteFunc(out.msgs[:n:n], func(m Message) bool { return m.Kind == KindReply })
+	}
+}
+
+func (r *raTryDrops) clone() machine { return &raTryDrops{r.ricart.clone().(*ricart)} }
+
+// mkTryKeeps is Maekawa whose refused try releases none of the votes it
+// got from other peers.
+type mkTryKeeps struct{ *maekawa }
+
+func (m *mkTryKeeps) step(ev event, out *output) {
+	n := len(out.msgs)
+	m.maekawa.step(ev, out)
+	if out.refused {
+		out.msgs = slices.DeleteFunc(out.msgs[n:], func(m Message) bool { return m.Kind == KindRelease })
+	}
+}
+
+func (m *mkTryKeeps) clone() machine { return &mkTryKeeps{m.maekawa.clone().(*maekawa)} }
+
+// TestModelCheckTryFindsBrokenWithdrawals checks that Check catches a
+// refused try that leaves something behind: replies it deferred and then
+// forgot, which leave a peer waiting for ever, or votes never released,
+// which a voter keeps at rest.
+func TestModelCheckTryFindsBrokenWithdrawals(t *testing.T) {
+	tests := []struct {
+		name  string
+		alg   Algorithm
+		build func(m machine) machine
+		want  string
+	}{
+		{"ricart-agrawala/try-drops-deferred", RicartAgrawala, func(m machine) machine { return &raTryDrops{m.(*ricart)} }, "deadlock"},
+		{"maekawa/try-keeps-votes", Maekawa, func(m machine) machine { return &mkTryKeeps{m.(*maekawa)} }, "still votes"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cc := tryMixes[0].config(tt.alg, nil, NetworkFIFO)
+			cc.build = func(id, n int) machine {
+				m, err := algorithms[tt.alg].build(id, n, &config{alg: tt.alg, n: n})
+				require.NoError(t, err)
+				return tt.build(m)
+			}
+			res := mustCheck(t, cc)
+			require.NotNil(t, res.Violation, "no counterexample in %d states", res.States)
+			assert.Contains(t, res.Violation.Message, tt.want)
+			t.Logf("%s:\n    %s", res.Violation.Message, strings.Join(res.Violation.Trace, "\n    "))
+		})
+	}
+}
