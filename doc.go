@@ -145,4 +145,12 @@
 // refused and counted in [Stats].Refused. Fences never wrap: a peer whose
 // fence has reached MaxFence gives its holds the fence 0, which such a
 // store rejects.
+//
+// Fences are counted by the cluster, so a cluster started afresh counts
+// from 1 again. WithFenceFloor carries them across restarts: give the new
+// cluster the highest fence the store has accepted, and every fence it
+// hands out is above it. A store that rejects a fence lower than the
+// highest it has accepted then never accepts a stale holder, across
+// restarts, and never refuses the new cluster's writes
+// (TestFenceFloorAcrossRestarts).
 package dmutex

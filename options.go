@@ -57,9 +57,11 @@ type config struct {
 
 	sim simConfig // NewSimulation and NewWorld only: seed, delivery policy, tracing
 
-	requests int      // NewWorld only: WithRequests
-	tries    int      // NewWorld only: WithTries
-	variant  *Variant // WithVariant; nil for the real algorithm
+	requests int // NewWorld only: WithRequests
+	tries    int // NewWorld only: WithTries
+
+	fenceFloor uint64   // WithFenceFloor: fences start above it
+	variant    *Variant // WithVariant; nil for the real algorithm
 }
 
 // newConfig validates n and applies opts for a constructor of kind where.

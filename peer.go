@@ -98,7 +98,7 @@ func isNil(v any) bool {
 }
 
 func startPeer(alg Algorithm, id, n int, m machine, tr Transport, cfg *config) *Peer {
-	p := &Peer{id: id, n: n, alg: alg, tr: tr, m: m, obs: cfg.observer}
+	p := &Peer{id: id, n: n, alg: alg, tr: tr, m: m, obs: cfg.observer, fence: cfg.fenceFloor}
 	p.wg.Add(1)
 	go p.receive(tr.Recv())
 	return p

@@ -16,6 +16,14 @@
 // writes a throwaway authority (certs/ca.crt) and, for each peer i,
 // certs/peer-i.crt and certs/peer-i.key.
 //
+// With -state DIR, a directory the peers share as they share the log,
+// fencing tokens survive restarts: before it uses a fence, peer i records
+// it in DIR/peer-i.fence (written to a temporary file and renamed, so a
+// crash leaves the old number or the new one), and at start every peer
+// takes the highest number in any DIR/peer-*.fence as its fence floor
+// (dmutex.WithFenceFloor). Every fence of a restarted cluster is then
+// above every fence the old one handed out.
+//
 // Every peer waits until all are reachable before its first entry, and
 // after its last entry keeps serving the others until all have finished.
 // At exit it prints its message counts. It exits with status 1 on an
@@ -31,6 +39,8 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -57,6 +67,7 @@ type config struct {
 	hold     time.Duration
 	timeout  time.Duration
 	logLevel slog.Level
+	stateDir string // -state: where the fence floor is kept; "" for none
 }
 
 // errUsage marks errors in the command line.
@@ -73,6 +84,7 @@ func parse(args []string, stderr io.Writer) (*config, error) {
 	fs.StringVar(&alg, "alg", "ricart-agrawala", "algorithm: "+algNames())
 	fs.IntVar(&c.entries, "entries", 100, "critical-section entries to make")
 	fs.StringVar(&c.logPath, "log", "", "file shared by all peers to append begin and end lines to (required)")
+	fs.StringVar(&c.stateDir, "state", "", "directory shared by all peers that keeps the highest fence each used, so that fences go on above it after a restart")
 	fs.StringVar(&c.cert, "cert", "", "PEM certificate of this peer, naming it peer-<id> (mutual TLS)")
 	fs.StringVar(&c.key, "key", "", "PEM private key of -cert")
 	fs.StringVar(&c.ca, "ca", "", "PEM certificate of the authority that signed every peer's certificate")
@@ -188,7 +200,15 @@ func (c *config) run(ctx context.Context, stdout, stderr io.Writer) (err error) 
 	if err != nil {
 		return err
 	}
-	p, err := dmutex.NewPeer(c.alg, c.id, len(c.addrs), tr)
+	var popts []dmutex.Option
+	if c.stateDir != "" {
+		floor, err := readFloor(c.stateDir)
+		if err != nil {
+			return errors.Join(err, tr.Close())
+		}
+		popts = append(popts, dmutex.WithFenceFloor(floor))
+	}
+	p, err := dmutex.NewPeer(c.alg, c.id, len(c.addrs), tr, popts...)
 	if err != nil {
 		return errors.Join(err, tr.Close())
 	}
@@ -203,7 +223,11 @@ func (c *config) run(ctx context.Context, stdout, stderr io.Writer) (err error) 
 		if err := p.LockContext(ctx); err != nil {
 			return fmt.Errorf("entry %d: %w", k, err)
 		}
-		err := c.entry(log, k, p.Fence())
+		fence := p.Fence()
+		err := c.saveFence(fence) // before the fence is used: the file is never behind the log
+		if err == nil {
+			err = c.entry(log, k, fence)
+		}
 		p.Unlock()
 		if err != nil {
 			return err
@@ -218,6 +242,58 @@ func (c *config) run(ctx context.Context, stdout, stderr io.Writer) (err error) 
 	fmt.Fprintf(stdout, "peer %d: %v %v in %v; transport sent=%d delivered=%d resent=%d refused=%d\n",
 		c.id, c.alg, p.Stats(), elapsed.Round(time.Millisecond), ts.Sent, ts.Delivered, ts.Resent, ts.Refused)
 	return nil
+}
+
+// readFloor returns the highest fence recorded in dir by any peer, or 0
+// if there is none yet; it creates dir if need be.
+func readFloor(dir string) (uint64, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return 0, err
+	}
+	names, err := filepath.Glob(filepath.Join(dir, "peer-*.fence"))
+	if err != nil {
+		return 0, err
+	}
+	var floor uint64
+	for _, name := range names {
+		b, err := os.ReadFile(name)
+		if err != nil {
+			return 0, err
+		}
+		f, err := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("state file %s: %q is not a fence", name, strings.TrimSpace(string(b)))
+		}
+		floor = max(floor, f)
+	}
+	return floor, nil
+}
+
+// saveFence records fence as the highest this peer has used, atomically:
+// a temporary file renamed over DIR/peer-<id>.fence.
+func (c *config) saveFence(fence uint64) error {
+	if c.stateDir == "" {
+		return nil
+	}
+	name := filepath.Join(c.stateDir, fmt.Sprintf("peer-%d.fence", c.id))
+	tmp, err := os.CreateTemp(c.stateDir, fmt.Sprintf(".peer-%d.fence.*", c.id))
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(tmp, "%d\n", fence)
+	if err == nil {
+		err = tmp.Sync()
+	}
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp.Name(), name)
+	}
+	if err != nil {
+		_ = os.Remove(tmp.Name())
+	}
+	return err
 }
 
 // entry writes one entry's lines. Each line is one write to a file opened

@@ -1,0 +1,110 @@
+package dmutex
+
+import (
+	"fmt"
+	"math"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// fencedStore is the store of the fencing contract: it rejects a write
+// whose fence is lower than the highest it has accepted.
+type fencedStore struct {
+	mu       sync.Mutex
+	highest  uint64
+	accepted []string
+	rejected []string
+}
+
+func (s *fencedStore) write(fence uint64, what string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if fence == 0 || fence < s.highest {
+		s.rejected = append(s.rejected, what)
+		return false
+	}
+	s.highest = fence
+	s.accepted = append(s.accepted, what)
+	return true
+}
+
+// TestFenceFloorAcrossRestarts runs a cluster against a fenced store,
+// restarts it with the store's highest fence as its floor, and checks
+// that every write of the new cluster is accepted while a holder of the
+// old cluster that wakes late is rejected. Without the floor, the new
+// cluster's first write is rejected: the reset loses it.
+func TestFenceFloorAcrossRestarts(t *testing.T) {
+	for _, v := range variants() {
+		t.Run(v.name, func(t *testing.T) {
+			const n = 4
+			var st fencedStore
+			run := func(c *Cluster, round string) (ok int) {
+				for _, p := range c.Peers() {
+					lockWithin(t, p, time.Minute)
+					if st.write(p.Fence(), round+" P"+strconv.Itoa(p.ID())) {
+						ok++
+					}
+					p.Unlock()
+				}
+				return ok
+			}
+			old := v.cluster(t, n)
+			require.Equal(t, n, run(old, "first"))
+			// A holder of the old cluster that stalls with its fence.
+			stale := old.Peer(1)
+			lockWithin(t, stale, time.Minute)
+			staleFence := stale.Fence()
+			stale.Unlock()
+			require.Equal(t, n, run(old, "second"))
+			require.NoError(t, old.Close())
+
+			floor := st.highest
+			restarted, err := New(v.alg, n, append(v.opts, WithFenceFloor(floor))...)
+			require.NoError(t, err)
+			t.Cleanup(func() { require.NoError(t, restarted.Close()) })
+			for _, p := range restarted.Peers() {
+				lockWithin(t, p, time.Minute)
+				assert.Greater(t, p.Fence(), floor, "peer %d", p.ID())
+				p.Unlock()
+			}
+			assert.Equal(t, n, run(restarted, "after restart"), "a write lost to the reset: %v", st.rejected)
+			assert.False(t, st.write(staleFence, "stale"), "the stale holder's late write was accepted")
+
+			// Control: the same restart without the floor loses writes.
+			fresh := v.cluster(t, n)
+			assert.Less(t, run(fresh, "without floor"), n)
+		})
+	}
+}
+
+// TestFenceFloorOption checks WithFenceFloor's validation and scope.
+func TestFenceFloorOption(t *testing.T) {
+	for _, floor := range []uint64{MaxFenceFloor + 1, MaxFence, math.MaxUint64} {
+		_, err := New(Centralized, 2, WithFenceFloor(floor))
+		require.ErrorIs(t, err, ErrInvalidConfig)
+		assert.Contains(t, err.Error(), fmt.Sprintf("WithFenceFloor(%d)", floor))
+	}
+	_, err := NewWorld(Centralized, 2, WithFenceFloor(7))
+	require.ErrorIs(t, err, ErrInvalidConfig)
+
+	c, err := New(SuzukiKasami, 2, WithFenceFloor(MaxFenceFloor))
+	require.NoError(t, err)
+	defer c.Close()
+	p := c.Peer(0)
+	lockWithin(t, p, time.Minute)
+	assert.Equal(t, uint64(MaxFenceFloor+1), p.Fence())
+	p.Unlock()
+
+	nw := NewChanNetwork(1)
+	peer, err := NewPeer(Centralized, 0, 1, nw.Endpoint(0), WithFenceFloor(41))
+	require.NoError(t, err)
+	defer peer.Close()
+	lockWithin(t, peer, time.Minute)
+	assert.Equal(t, uint64(42), peer.Fence())
+	peer.Unlock()
+}
