@@ -137,6 +137,18 @@ func (c *centralized) idleViolation() string {
 	return ""
 }
 
+// needs appends the peers a request can wait for (WithUnreachableAfter):
+// the coordinator, or for the coordinator itself the current holder.
+func (c *centralized) needs(buf []int) []int {
+	switch {
+	case c.id != coordinator:
+		return append(buf, coordinator)
+	case c.holder >= 0 && c.holder != c.id:
+		return append(buf, c.holder)
+	}
+	return buf
+}
+
 func (c *centralized) clone() machine {
 	d := *c
 	d.queue = append([]int(nil), c.queue...)

@@ -57,10 +57,11 @@ func NewChanNetwork(n int) *ChanNetwork {
 	nw := &ChanNetwork{eps: make([]*ChanEndpoint, n)}
 	for i := range nw.eps {
 		nw.eps[i] = &ChanEndpoint{
-			net:  nw,
-			id:   i,
-			ch:   make(chan Message, mailboxSize),
-			done: make(chan struct{}),
+			net:   nw,
+			id:    i,
+			ch:    make(chan Message, mailboxSize),
+			done:  make(chan struct{}),
+			reach: make(chan struct{}, 1),
 		}
 	}
 	return nw
@@ -87,6 +88,8 @@ type ChanEndpoint struct {
 	done      chan struct{}
 	wg        sync.WaitGroup
 	closeOnce sync.Once // every Close waits for the one that does the work
+
+	reach chan struct{} // ReachChanged; see chanreach.go
 }
 
 var _ Transport = (*ChanEndpoint)(nil)

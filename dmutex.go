@@ -38,7 +38,10 @@ type Locker interface {
 	// ctx.Err() unchanged. If the peer's request was already sent, the
 	// peer completes it internally and leaves at once, so no other peer
 	// waits for it forever. Once LockContext has returned nil, the end of
-	// ctx no longer matters. On a closed peer it returns ErrClosed.
+	// ctx no longer matters. On a closed peer it returns ErrClosed. With
+	// WithUnreachableAfter, it also gives up, with an error wrapping
+	// ErrPeerUnreachable that names the peers, when a peer its request
+	// needs has been unreachable too long; Lock keeps waiting then.
 	LockContext(ctx context.Context) error
 
 	// TryLock tries to enter the critical section without waiting for a

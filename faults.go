@@ -62,7 +62,9 @@ type faultState struct {
 	rng     *rand.Rand
 	drops   []dropRule
 	crashed map[int]bool
-	group   []int // group[i]: partition group of peer i; nil when whole
+	group   []int             // group[i]: partition group of peer i; nil when whole
+	downAt  map[int]time.Time // when each crashed peer crashed, for Reachable
+	cutAt   time.Time         // when the partition began, for Reachable
 	dropped uint64
 
 	// Delayed delivery: one goroutine delivers from a heap in time order.
@@ -124,8 +126,12 @@ func (nw *ChanNetwork) Crash(id int) error {
 	}
 	fs := nw.faultState()
 	fs.mu.Lock()
+	if !fs.crashed[id] {
+		fs.downAt[id] = time.Now()
+	}
 	fs.crashed[id] = true
 	fs.mu.Unlock()
+	nw.reachChanged()
 	return nil
 }
 
@@ -157,7 +163,9 @@ func (nw *ChanNetwork) Partition(groups ...[]int) error {
 	fs := nw.faultState()
 	fs.mu.Lock()
 	fs.group = group
+	fs.cutAt = time.Now()
 	fs.mu.Unlock()
+	nw.reachChanged()
 	return nil
 }
 
@@ -168,6 +176,7 @@ func (nw *ChanNetwork) Heal() {
 	fs.mu.Lock()
 	fs.group = nil
 	fs.mu.Unlock()
+	nw.reachChanged()
 }
 
 // Dropped returns how many messages the network has lost to faults.
@@ -205,6 +214,7 @@ func (nw *ChanNetwork) faultState() *faultState {
 		nw.faults = &faultState{
 			rng:     rand.New(rand.NewPCG(0, 0x9e3779b97f4a7c15)),
 			crashed: make(map[int]bool),
+			downAt:  make(map[int]time.Time),
 			last:    make(map[[2]int]time.Time),
 			wake:    make(chan struct{}, 1),
 			stop:    make(chan struct{}),

@@ -400,6 +400,17 @@ func (m *maekawa) yield(k int, out *output) {
 	m.send(Message{Kind: KindRelinquish, From: m.id, To: m.set[k], TS: m.ts}, out)
 }
 
+// needs appends the other members of our voting set: only their votes
+// can keep a request waiting (WithUnreachableAfter).
+func (m *maekawa) needs(buf []int) []int {
+	for _, v := range m.set {
+		if v != m.id {
+			buf = append(buf, v)
+		}
+	}
+	return buf
+}
+
 func (m *maekawa) clone() machine {
 	c := *m
 	c.set = slices.Clone(m.set)

@@ -3,6 +3,7 @@ package dmutex
 import (
 	"fmt"
 	"slices"
+	"time"
 )
 
 // An Option configures a cluster, a single peer or a simulation. Every
@@ -60,8 +61,9 @@ type config struct {
 	requests int // NewWorld only: WithRequests
 	tries    int // NewWorld only: WithTries
 
-	fenceFloor uint64   // WithFenceFloor: fences start above it
-	variant    *Variant // WithVariant; nil for the real algorithm
+	fenceFloor       uint64        // WithFenceFloor: fences start above it
+	unreachableAfter time.Duration // WithUnreachableAfter; 0 for none
+	variant          *Variant      // WithVariant; nil for the real algorithm
 }
 
 // newConfig validates n and applies opts for a constructor of kind where.

@@ -41,6 +41,7 @@ type Peer struct {
 	delivered uint64   // messages stepped; with sent, tells tests when the network is quiet
 	refused   uint64   // messages dropped unstepped: malformed, or a fence beyond the bound
 	fast      fastPath // re-entry without the mutex or the machine; see fastpath.go
+	reach     reach    // WithUnreachableAfter; see reach.go
 
 	obs       Observer  // WithObserver; nil means none, and no clock is read
 	holdStart time.Time // when the current hold began, if obs is set
@@ -76,6 +77,9 @@ func NewPeer(alg Algorithm, id, n int, tr Transport, opts ...Option) (*Peer, err
 	if isNil(tr) {
 		return nil, fmt.Errorf("%w: nil Transport (%T)", ErrInvalidConfig, tr)
 	}
+	if _, ok := tr.(Reachability); cfg.unreachableAfter > 0 && !ok {
+		return nil, fmt.Errorf("%w: WithUnreachableAfter: transport %T does not implement Reachability", ErrInvalidConfig, tr)
+	}
 	m, err := cfg.newMachine(alg, id, n)
 	if err != nil {
 		return nil, err
@@ -99,6 +103,17 @@ func isNil(v any) bool {
 
 func startPeer(alg Algorithm, id, n int, m machine, tr Transport, cfg *config) *Peer {
 	p := &Peer{id: id, n: n, alg: alg, tr: tr, m: m, obs: cfg.observer, fence: cfg.fenceFloor}
+	if r, ok := tr.(Reachability); ok && cfg.unreachableAfter > 0 {
+		p.reach = reach{
+			r:         r,
+			after:     cfg.unreachableAfter,
+			stop:      make(chan struct{}),
+			suspected: make([]bool, n),
+			changed:   make(chan struct{}),
+		}
+		p.wg.Add(1)
+		go p.watch()
+	}
 	p.wg.Add(1)
 	go p.receive(tr.Recv())
 	return p
@@ -108,12 +123,19 @@ func startPeer(alg Algorithm, id, n int, m machine, tr Transport, cfg *config) *
 func (p *Peer) ID() int { return p.id }
 
 // Lock blocks until this peer is in the critical section. On a closed peer
-// it panics with ErrClosed rather than block forever.
+// it panics with ErrClosed rather than block forever. It keeps waiting
+// while peers are unreachable (see WithUnreachableAfter).
 func (p *Peer) Lock() {
 	if p.obs == nil && p.fast.tryLock() {
 		return
 	}
-	if err := p.LockContext(context.Background()); err != nil {
+	var err error
+	if p.obs != nil {
+		err = p.observed(context.Background(), p.lockForever)
+	} else {
+		err = p.lockForever(context.Background())
+	}
+	if err != nil {
 		panic(err)
 	}
 }
@@ -128,28 +150,51 @@ func (p *Peer) LockContext(ctx context.Context) error {
 }
 
 // lockContext is LockContext without the observer.
-func (p *Peer) lockContext(ctx context.Context) error {
+func (p *Peer) lockContext(ctx context.Context) error { return p.lockWait(ctx, false) }
+
+// lockForever is Lock without the observer: unreachable peers do not end
+// its wait.
+func (p *Peer) lockForever(ctx context.Context) error { return p.lockWait(ctx, true) }
+
+func (p *Peer) lockWait(ctx context.Context, forever bool) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
 	if p.fast.tryLock() {
 		return nil
 	}
-	w, err := p.request()
+	w, sus, err := p.request(forever)
 	if w == nil {
-		return err // entered at once, or closed
+		return err // entered at once, closed, or a needed peer unreachable
 	}
-	if ctx.Done() == nil {
+	return p.wait(ctx, w, sus)
+}
+
+// wait waits for waiter w to be given the critical section (or a try's
+// answer), for ctx to end, or for a peer that the request needs to be
+// suspected, when sus, from suspicionsLocked, is not nil.
+func (p *Peer) wait(ctx context.Context, w *waiter, sus <-chan struct{}) error {
+	if ctx.Done() == nil && sus == nil {
 		// A context that never ends, as Lock's: a plain receive is the
 		// cheapest wait, and Close signals the waiter itself.
 		<-w.ch
 		return w.done()
 	}
-	select {
-	case <-w.ch:
-		return w.done()
-	case <-ctx.Done():
-		return p.abandon(w, ctx.Err())
+	for {
+		select {
+		case <-w.ch:
+			return w.done()
+		case <-ctx.Done():
+			return p.abandon(w, ctx.Err())
+		case <-sus:
+			p.mu.Lock()
+			err := p.unreachableLocked()
+			sus = p.suspicionsLocked()
+			p.mu.Unlock()
+			if err != nil {
+				return p.abandon(w, err)
+			}
+		}
 	}
 }
 
@@ -157,27 +202,41 @@ func (p *Peer) lockContext(ctx context.Context) error {
 // that a panic on the way (in the machine, or in a transport's Send) leaves
 // the peer usable for Close and Stats. It enters at once and returns a nil
 // waiter and nil error when the machine can; it returns ErrClosed on a
-// closed peer; otherwise it queues and returns a waiter.
-func (p *Peer) request() (*waiter, error) {
+// closed peer; otherwise it queues and returns a waiter, with the
+// channel of suspicions to watch unless forever is set. If a peer the
+// request needs is suspected already, it returns that error instead of a
+// waiter, leaving a request that it sent outstanding, as a cancelled
+// request is.
+func (p *Peer) request(forever bool) (*waiter, <-chan struct{}, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed {
-		return nil, ErrClosed
+		return nil, nil, ErrClosed
 	}
 	p.disarmLocked()
-	if !p.held && !p.requested && len(p.waiters) == 0 {
+	idle := !p.held && !p.requested && len(p.waiters) == 0
+	if !forever {
+		if err := p.unreachableLocked(); err != nil && (!idle || !p.entersAtOnceLocked(evRequest)) {
+			return nil, nil, err
+		}
+	}
+	if idle {
 		// Fast path: a machine that can enter at once (an idle token
 		// holder, a lone peer) does so on this goroutine.
 		p.requested, p.yielded = true, false
 		if p.stepLocked(event{kind: evRequest}) {
 			p.takeLocked()
 			p.localEntryLocked()
-			return nil, nil
+			return nil, nil, nil
 		}
+	}
+	var sus <-chan struct{}
+	if !forever {
+		sus = p.suspicionsLocked()
 	}
 	w := waiterPool.Get().(*waiter)
 	p.waiters = append(p.waiters, w)
-	return w, nil
+	return w, sus, nil
 }
 
 // TryLock tries to enter the critical section without waiting for a
@@ -223,51 +282,48 @@ func (p *Peer) tryLockContext(ctx context.Context) error {
 		}
 		return ErrLocked
 	}
-	w, err := p.try()
+	w, sus, err := p.try()
 	if w == nil {
-		return err // entered or refused at once, or closed
+		return err // entered or refused at once, closed, or a needed peer unreachable
 	}
-	if ctx.Done() == nil {
-		<-w.ch
-		return w.done()
-	}
-	select {
-	case <-w.ch:
-		return w.done()
-	case <-ctx.Done():
-		return p.abandon(w, ctx.Err())
-	}
+	return p.wait(ctx, w, sus)
 }
 
 // try is TryLockContext's part under the peer's mutex, as request is
 // LockContext's. It returns a nil waiter with a nil error if the machine
 // entered at once, with ErrLocked if it refused at once or a caller of this
-// peer is inside or waiting, with ErrClosed on a closed peer; otherwise it
-// returns the try's waiter, which is the only one queued.
-func (p *Peer) try() (*waiter, error) {
+// peer is inside or waiting, with ErrClosed on a closed peer, with an
+// *UnreachableError if a peer the try needs is suspected; otherwise it
+// returns the try's waiter, which is the only one queued, and the channel
+// of suspicions.
+func (p *Peer) try() (*waiter, <-chan struct{}, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed {
-		return nil, ErrClosed
+		return nil, nil, ErrClosed
 	}
 	p.disarmLocked()
-	if p.held || p.requested || len(p.waiters) > 0 {
-		return nil, ErrLocked
+	idle := !p.held && !p.requested && len(p.waiters) == 0
+	if err := p.unreachableLocked(); err != nil && (!idle || !p.entersAtOnceLocked(evTry)) {
+		return nil, nil, err
+	}
+	if !idle {
+		return nil, nil, ErrLocked
 	}
 	p.requested, p.yielded = true, false
 	if p.stepLocked(event{kind: evTry}) {
 		p.takeLocked()
 		p.localEntryLocked()
-		return nil, nil
+		return nil, nil, nil
 	}
 	if p.out.refused {
 		p.requested = false
-		return nil, ErrLocked
+		return nil, nil, ErrLocked
 	}
 	w := waiterPool.Get().(*waiter)
 	p.waiters = append(p.waiters, w)
 	p.tryWaiter = w
-	return w, nil
+	return w, p.suspicionsLocked(), nil
 }
 
 // done returns w, which has been signalled, to the pool and returns nil if
@@ -417,6 +473,9 @@ func (p *Peer) shutdownLocked() {
 	clear(p.waiters)
 	p.waiters = nil
 	p.tryWaiter = nil
+	if p.reach.stop != nil {
+		close(p.reach.stop)
+	}
 }
 
 // receive feeds the transport's messages to the machine until Close,

@@ -1,0 +1,216 @@
+package dmutex
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+)
+
+// ErrPeerUnreachable is matched, with errors.Is, by the error that
+// LockContext and TryLockContext return when a peer that this peer's
+// request needs has been unreachable for longer than WithUnreachableAfter
+// allows. The error is an *UnreachableError, which names the peers.
+var ErrPeerUnreachable = errors.New("dmutex: peer unreachable")
+
+// An UnreachableError says which peers a request needed that had been
+// unreachable for longer than After. It matches ErrPeerUnreachable.
+type UnreachableError struct {
+	Peers []int         // in increasing order
+	After time.Duration // the WithUnreachableAfter bound they exceeded
+}
+
+func (e *UnreachableError) Error() string {
+	return fmt.Sprintf("dmutex: peers %v unreachable for more than %v", e.Peers, e.After)
+}
+
+// Is reports whether target is ErrPeerUnreachable.
+func (e *UnreachableError) Is(target error) bool { return target == ErrPeerUnreachable }
+
+// Reachability is implemented by transports that can tell whether the
+// other peers answer: ChanEndpoint from its network's Crash and
+// Partition, and the gRPC transport from its streams and heartbeats.
+// WithUnreachableAfter needs it.
+type Reachability interface {
+	// Reachable reports whether peer id answers now and, if it does not,
+	// since when it has not.
+	Reachable(id int) (ok bool, since time.Time)
+
+	// ReachChanged returns a channel that receives a value after the
+	// answer of Reachable changes for some peer. Changes coalesce: the
+	// channel has a buffer of one, and the transport never blocks on it.
+	ReachChanged() <-chan struct{}
+}
+
+// WithUnreachableAfter makes a peer stop waiting, with an error wrapping
+// ErrPeerUnreachable (an *UnreachableError naming the peers), when a peer
+// that its request needs has been unreachable for longer than d.
+// LockContext and TryLockContext return it, also with a context that
+// never ends; Lock keeps waiting, since it cannot return an error. A call
+// made while such a peer is already unreachable returns at once, sending
+// nothing, unless the peer can enter without anyone (an idle token
+// holder). A request already sent is withdrawn as a cancelled one is: if
+// it is granted later, the peer leaves at once. The signal never lets
+// anyone in; it only ends a wait with a reason.
+//
+// Which peers a request needs depends on the algorithm: the coordinator
+// for a centralized peer (and, for the coordinator, the current holder),
+// the voting set for Maekawa, and every other peer for the others, since
+// any of them may hold the token or a permission on the way.
+//
+// The transport must implement Reachability; d must be positive. It
+// applies to clusters and to NewPeer.
+func WithUnreachableAfter(d time.Duration) Option {
+	return Option{
+		name:  "WithUnreachableAfter",
+		where: forCluster | forPeer,
+		apply: func(c *config) error {
+			if d <= 0 {
+				return fmt.Errorf("%w: WithUnreachableAfter(%v): want a positive duration", ErrInvalidConfig, d)
+			}
+			c.unreachableAfter = d
+			return nil
+		},
+	}
+}
+
+// needer is implemented by machines whose requests need only some of the
+// other peers: needs appends them to buf. Without it, a request needs
+// every other peer.
+type needer interface {
+	needs(buf []int) []int
+}
+
+// reach is a peer's view of the others' reachability, kept by its watch
+// goroutine. Guarded by the peer's mutex but for the fields marked.
+type reach struct {
+	r     Reachability  // set once
+	after time.Duration // set once
+	stop  chan struct{} // closed by Close; set once
+
+	suspected []bool        // suspected[j]: j has been unreachable longer than after
+	changed   chan struct{} // closed, and replaced, when a peer becomes suspected
+	needBuf   []int
+}
+
+// watch keeps p.reach.suspected up to date until Close: at every change
+// the transport reports, and when a peer that is down passes the bound.
+func (p *Peer) watch() {
+	defer p.wg.Done()
+	rc := &p.reach
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	defer timer.Stop()
+	for {
+		if next := p.reassess(); next > 0 {
+			timer.Reset(next)
+		}
+		select {
+		case <-rc.r.ReachChanged():
+		case <-timer.C:
+		case <-rc.stop:
+			return
+		}
+	}
+}
+
+// reassess asks the transport about every other peer, records what
+// changed and returns how long until a peer that is down now passes the
+// bound, or 0 if none will.
+func (p *Peer) reassess() time.Duration {
+	rc := &p.reach
+	now := time.Now()
+	var next time.Duration
+	sus := make([]bool, p.n)
+	for j := range p.n {
+		if j == p.id {
+			continue
+		}
+		ok, since := rc.r.Reachable(j)
+		if ok {
+			continue
+		}
+		if down := now.Sub(since); down >= rc.after {
+			sus[j] = true
+		} else if left := rc.after - down; next == 0 || left < next {
+			next = left
+		}
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for j, s := range sus {
+		if s != rc.suspected[j] {
+			p.suspectLocked(j, s)
+		}
+	}
+	return next
+}
+
+// suspectLocked records that peer j is suspected to have failed, or
+// trusted again. This is where the crash-recovery work will hand the
+// machine an evSuspect or evTrust event; for now the runtime only ends
+// the waits that need j.
+func (p *Peer) suspectLocked(j int, suspected bool) {
+	rc := &p.reach
+	rc.suspected[j] = suspected
+	if suspected {
+		close(rc.changed)
+		rc.changed = make(chan struct{})
+	}
+}
+
+// unreachableLocked returns the error for a request that needs a suspected
+// peer, or nil. It is nil when the peer does not watch reachability.
+func (p *Peer) unreachableLocked() error {
+	rc := &p.reach
+	if rc.r == nil || !slices.Contains(rc.suspected, true) {
+		return nil
+	}
+	if nd, ok := p.m.(needer); ok {
+		rc.needBuf = nd.needs(rc.needBuf[:0])
+	} else {
+		rc.needBuf = rc.needBuf[:0]
+		for j := range p.n {
+			if j != p.id {
+				rc.needBuf = append(rc.needBuf, j)
+			}
+		}
+	}
+	var peers []int
+	for _, j := range rc.needBuf {
+		if rc.suspected[j] {
+			peers = append(peers, j)
+		}
+	}
+	if peers == nil {
+		return nil
+	}
+	slices.Sort(peers)
+	return &UnreachableError{Peers: slices.Compact(peers), After: rc.after}
+}
+
+// entersAtOnceLocked reports whether the machine, asked with kind
+// (evRequest or evTry), would enter or refuse in that very step, needing
+// nobody: a copy is stepped, and its messages are dropped. Only a call
+// made while a needed peer is suspected pays for the copy.
+func (p *Peer) entersAtOnceLocked(kind eventKind) bool {
+	var out output
+	p.m.clone().step(event{kind: kind}, &out)
+	return out.entered || out.refused
+}
+
+// suspicionsLocked returns the channel that is closed when a peer becomes
+// suspected next, or nil if the peer does not watch reachability.
+func (p *Peer) suspicionsLocked() <-chan struct{} {
+	if p.reach.r == nil {
+		return nil
+	}
+	return p.reach.changed
+}
+
+// unreachable is unreachableLocked under the peer's mutex.
+func (p *Peer) unreachable() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.unreachableLocked()
+}

@@ -1,0 +1,185 @@
+package dmutex
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// unreachableAfter is the bound of the lost-peer tests: short, since the
+// tests wait for it, but the tests assert no timing.
+const unreachableAfter = 20 * time.Millisecond
+
+// reachCase is, per algorithm, a requester of a 4-peer cluster and a peer
+// whose crash leaves that requester waiting for ever.
+func reachCase(v variant) (requester, crashed int) {
+	switch v.alg {
+	case Centralized, SuzukiKasami, TokenRing, Raymond:
+		return 1, 0 // the coordinator, or the holder of the token
+	case Maekawa:
+		set := VotingSets(4)[1]
+		return 1, set[slices.IndexFunc(set, func(j int) bool { return j != 1 })]
+	}
+	return 0, 3
+}
+
+func reachCluster(t *testing.T, v variant) *Cluster {
+	t.Helper()
+	c, err := New(v.alg, 4, append(slices.Clone(v.opts), WithUnreachableAfter(unreachableAfter))...)
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, c.Close()) })
+	return c
+}
+
+// requireUnreachable checks that err is an *UnreachableError naming peer.
+func requireUnreachable(t *testing.T, err error, peer int) {
+	t.Helper()
+	require.ErrorIs(t, err, ErrPeerUnreachable)
+	var ue *UnreachableError
+	require.True(t, errors.As(err, &ue), "%T", err)
+	assert.Contains(t, ue.Peers, peer)
+	assert.Equal(t, unreachableAfter, ue.After)
+	assert.Contains(t, err.Error(), "unreachable for more than")
+}
+
+// TestUnreachableEndsWait crashes, for every algorithm, a peer that a
+// request needs, while the request waits: LockContext, even with a context
+// that never ends, returns ErrPeerUnreachable naming it, and so does a
+// later call, at once, without sending anything. TryLockContext too.
+func TestUnreachableEndsWait(t *testing.T) {
+	for _, v := range variants() {
+		t.Run(v.name, func(t *testing.T) {
+			c := reachCluster(t, v)
+			req, crashed := reachCase(v)
+			p := c.Peer(req)
+			require.NoError(t, c.Network().Crash(crashed))
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			errc := make(chan error, 1)
+			go func() { errc <- p.LockContext(context.Background()) }()
+			requireUnreachable(t, <-errc, crashed)
+
+			before := c.Stats()
+			requireUnreachable(t, p.LockContext(ctx), crashed)
+			requireUnreachable(t, p.TryLockContext(ctx), crashed)
+			assert.Equal(t, before.Messages, c.Stats().Messages, "a call with the peer known unreachable sends nothing")
+			assert.Zero(t, p.Fence())
+		})
+	}
+}
+
+// TestUnreachableBeforeRequest checks that a request made once the peer it
+// needs is suspected sends nothing at all, so that the peer can lock
+// again once the partition heals.
+func TestUnreachableBeforeRequest(t *testing.T) {
+	for _, v := range variants() {
+		t.Run(v.name, func(t *testing.T) {
+			c := reachCluster(t, v)
+			req, cut := reachCase(v)
+			p := c.Peer(req)
+			rest := []int{}
+			for j := range 4 {
+				if j != cut {
+					rest = append(rest, j)
+				}
+			}
+			require.NoError(t, c.Network().Partition([]int{cut}, rest))
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			// Wait until the peer is suspected without asking anything:
+			// TryLock refuses locally while a caller of this peer is in,
+			// so probe with a peer-level read of the suspicion instead.
+			for p.(*Peer).unreachable() == nil {
+				require.NoError(t, ctx.Err(), "never suspected")
+				time.Sleep(time.Millisecond)
+			}
+			before := c.Stats()
+			requireUnreachable(t, p.LockContext(ctx), cut)
+			assert.Equal(t, before, c.Stats(), "nothing sent while the peer is unreachable")
+			c.Network().Heal()
+			for p.(*Peer).unreachable() != nil {
+				require.NoError(t, ctx.Err(), "never trusted again")
+				time.Sleep(time.Millisecond)
+			}
+			lockWithin(t, p, time.Minute)
+			p.Unlock()
+		})
+	}
+}
+
+// TestUnreachableLockKeepsWaiting checks the documented path for Lock: it
+// cannot return an error, so it keeps waiting while LockContext on the
+// same peer returns; Close then wakes it with ErrClosed.
+func TestUnreachableLockKeepsWaiting(t *testing.T) {
+	v := variant{name: "ricart-agrawala", alg: RicartAgrawala}
+	c, err := New(v.alg, 3, WithUnreachableAfter(unreachableAfter))
+	require.NoError(t, err)
+	p := c.Peer(0)
+	require.NoError(t, c.Network().Crash(2))
+	panicked := make(chan any, 1)
+	go func() {
+		defer func() { panicked <- recover() }()
+		p.Lock()
+		p.Unlock()
+	}()
+	// The Lock call's request is out (or about to be): LockContext queues
+	// behind it, and the suspicion ends only its wait.
+	requireUnreachable(t, p.LockContext(context.Background()), 2)
+	select {
+	case v := <-panicked:
+		t.Fatalf("Lock returned (%v) while the peer it needs is down", v)
+	default:
+	}
+	require.NoError(t, c.Close())
+	v2 := <-panicked
+	err, _ = v2.(error)
+	require.ErrorIs(t, err, ErrClosed)
+}
+
+// TestUnreachableNeedsOnlyItsPeers checks that a peer that a request does
+// not need may be down: a Maekawa peer whose voting set avoids it, and a
+// centralized peer, which needs only the coordinator, still lock.
+func TestUnreachableNeedsOnlyItsPeers(t *testing.T) {
+	t.Run("centralized", func(t *testing.T) {
+		c := reachCluster(t, variant{alg: Centralized})
+		require.NoError(t, c.Network().Crash(3))
+		for _, id := range []int{0, 1, 2} {
+			lockWithin(t, c.Peer(id), time.Minute)
+			c.Peer(id).Unlock()
+		}
+	})
+	t.Run("maekawa", func(t *testing.T) {
+		c := reachCluster(t, variant{alg: Maekawa})
+		sets := VotingSets(4)
+		// A peer outside peer 0's voting set.
+		out := slices.IndexFunc([]int{0, 1, 2, 3}, func(j int) bool { return !slices.Contains(sets[0], j) })
+		require.GreaterOrEqual(t, out, 0, "sets %v", sets)
+		require.NoError(t, c.Network().Crash(out))
+		lockWithin(t, c.Peer(0), time.Minute)
+		c.Peer(0).Unlock()
+	})
+}
+
+// TestUnreachableOption checks the option's validation.
+func TestUnreachableOption(t *testing.T) {
+	_, err := New(RicartAgrawala, 3, WithUnreachableAfter(0))
+	require.ErrorIs(t, err, ErrInvalidConfig)
+	assert.Contains(t, err.Error(), "WithUnreachableAfter(0s)")
+	_, err = NewPeer(RicartAgrawala, 0, 2, plainTransport{NewChanNetwork(2).Endpoint(0)}, WithUnreachableAfter(time.Second))
+	require.ErrorIs(t, err, ErrInvalidConfig)
+	assert.Contains(t, err.Error(), "does not implement Reachability")
+	_, err = NewWorld(RicartAgrawala, 2, WithUnreachableAfter(time.Second))
+	require.ErrorIs(t, err, ErrInvalidConfig)
+}
+
+// plainTransport hides a ChanEndpoint's Reachability.
+type plainTransport struct{ e *ChanEndpoint }
+
+func (p plainTransport) Send(to int, m Message) error { return p.e.Send(to, m) }
+func (p plainTransport) Recv() <-chan Message         { return p.e.Recv() }
+func (p plainTransport) Close() error                 { return p.e.Close() }
