@@ -86,6 +86,7 @@ type Transport struct {
 	lis    *shakingListener
 
 	handshakes handshakeLog // failed TLS handshakes; see handshake.go
+	reach      reachState   // which peers answer; see reach.go
 
 	bmu      sync.Mutex
 	bchanged chan struct{} // closed and replaced when a barrier may have completed
@@ -255,6 +256,7 @@ func New(id int, addrs []string, opts ...Option) (*Transport, error) {
 			t.log.Error("dmutex: grpctransport: serve", "err", err)
 		}
 	}()
+	t.watchReach()
 	for _, o := range t.out {
 		if o != nil {
 			t.wg.Add(1)
