@@ -39,9 +39,9 @@ import (
 // TryLock sends a try, stamped as a request, to every other peer. A peer
 // that is inside, or has an older request in its queue, answers busy and
 // does not queue the try; any other peer queues it and replies. The try
-// enters when all n-1 have replied and it heads its own queue, and is
-// refused on a busy or when an older request reaches its queue; a refused
-// try broadcasts a release at once, which takes it out of every queue. So
+// enters when all n-1 have replied (an older request would have made its
+// sender answer busy) and is refused on the first busy; a refused try
+// broadcasts a release at once, which takes it out of every queue. So
 // a try costs 3(n-1) messages, entered or refused (tries, answers,
 // releases). A lone peer enters with no message.
 func NewLamport(n int, opts ...Option) (*Cluster, error) {
@@ -150,13 +150,9 @@ func (l *lamport) check(out *output) {
 		return
 	}
 	if l.trying {
-		// Every answer is stamped later than the try, so once all have
-		// replied only the queue can keep us out, and then an older
-		// request goes first: refuse.
-		if l.ahead(l.ts, l.id) {
-			l.refuse(out)
-			return
-		}
+		// n-1 replies are enough: each is stamped later than the try,
+		// and no older request can be in our queue, since its sender
+		// queued it before our try reached it and so answered busy.
 		if l.answers < l.n-1 {
 			return
 		}

@@ -143,3 +143,112 @@ func TestModelCheckTryFindsBrokenWithdrawals(t *testing.T) {
 		})
 	}
 }
+
+// TestTryNeverWaitsForALeave checks the promise of TryLock that the
+// model checker's other properties do not cover: a try never waits for a
+// holder to leave. In every reachable state of the small mixes where a
+// peer's try is out, the try must be answered, entered or refused, on
+// every path that only delivers messages, with no peer ever leaving the
+// critical section and no new request or try.
+func TestTryNeverWaitsForALeave(t *testing.T) {
+	for _, v := range variants() {
+		mx := tryMixes[0]
+		if v.alg == Lamport {
+			mx = lamportTryMixes[2]
+		}
+		t.Run(v.name, func(t *testing.T) {
+			cc := mx.config(v.alg, v.opts, NetworkFIFO)
+			c, err := newChecker(cc)
+			require.NoError(t, err)
+			start, err := c.startWorld(false)
+			require.NoError(t, err)
+			if v := tryWaitsForLeave(start); v != "" {
+				t.Fatal(v)
+			}
+		})
+	}
+}
+
+// tryWaitsForLeave explores every state reachable from start and returns
+// a description of the first in which a try can stay unanswered without
+// a leave, or "".
+func tryWaitsForLeave(start *World) string {
+	var buf, sbuf []byte
+	var scratch [][]byte
+	key := func(w *World) string {
+		buf = w.appendState(buf[:0], &scratch, &sbuf)
+		return string(buf)
+	}
+	seen := map[string]bool{key(start): true}
+	answered := map[string]bool{} // states whose tries all resolve by deliveries alone
+	work := []*World{start}
+	for len(work) > 0 {
+		w := work[len(work)-1]
+		work = work[:len(work)-1]
+		for j := range w.n {
+			if w.peers[j].trying {
+				if stuck := deliveriesStrand(w, j, key, answered); stuck != "" {
+					return fmt.Sprintf("peer %d's try waits for a leave: %s", j, stuck)
+				}
+			}
+		}
+		for _, tr := range w.Transitions() {
+			next := w.Clone()
+			if _, err := next.Apply(tr); err != nil {
+				return err.Error()
+			}
+			if k := key(next); !seen[k] {
+				seen[k] = true
+				work = append(work, next)
+			}
+		}
+	}
+	return ""
+}
+
+// deliveriesStrand explores the states reachable from w by deliveries
+// only and returns a description of one where nothing is left to deliver
+// and peer j still tries, or "".
+func deliveriesStrand(w *World, j int, key func(*World) string, answered map[string]bool) string {
+	k0 := fmt.Sprint(j) + key(w)
+	if answered[k0] {
+		return ""
+	}
+	seen := map[string]bool{k0: true}
+	work := []*World{w}
+	for len(work) > 0 {
+		x := work[len(work)-1]
+		work = work[:len(work)-1]
+		if !x.peers[j].trying {
+			continue
+		}
+		delivered := false
+		for _, tr := range x.Transitions() {
+			if tr.Kind != TransDeliver {
+				continue
+			}
+			delivered = true
+			next := x.Clone()
+			if _, err := next.Apply(tr); err != nil {
+				return err.Error()
+			}
+			if k := fmt.Sprint(j) + key(next); !seen[k] {
+				seen[k] = true
+				work = append(work, next)
+			}
+		}
+		if !delivered {
+			var inside []int
+			for p := range x.n {
+				if x.peers[p].inside {
+					inside = append(inside, p)
+				}
+			}
+			return fmt.Sprintf("nothing in flight, peers %v inside", inside)
+		}
+	}
+	for k := range seen {
+		answered[k] = true
+	}
+	return ""
+}
