@@ -212,6 +212,24 @@ func boolInt(b bool) int {
 	return 0
 }
 
+// TestSchedulerStopsAtViolation: scheduler steps asked for beyond a
+// broken promise are not taken, and the canonical state says so; a hand
+// choice after it is refused.
+func TestSchedulerStopsAtViolation(t *testing.T) {
+	srv := httptest.NewServer(newHandler())
+	defer srv.Close()
+	code, body := get(t, srv, "/api/run?variant=ricart-agrawala-tie-reply&seed=0&c=r0.r1.a50")
+	require.Equal(t, http.StatusOK, code, "%s", body)
+	var v runView
+	require.NoError(t, json.Unmarshal(body, &v))
+	require.NotNil(t, v.Violation)
+	assert.Equal(t, len(v.Ticks)-1, v.Violation.Tick, "the last step taken broke the promise")
+	assert.Contains(t, v.Query, fmt.Sprintf("c=r0.r1.a%d&", len(v.Ticks)-2))
+	code, body = get(t, srv, "/api/run?variant=ricart-agrawala-tie-reply&seed=0&c=r0.r1.a50.r0")
+	assert.Equal(t, http.StatusBadRequest, code, "%s", body)
+	assert.Contains(t, string(body), "the run already broke a promise")
+}
+
 // TestCheckLoadsCounterexample: /api/check returns the checker's
 // counterexample as a state whose replay breaks the promise at its last
 // step.

@@ -275,7 +275,7 @@ func replay(st *state) (*run, error) {
 					return nil, bad("more than %d steps", maxTicks)
 				}
 				if r.violation != nil {
-					return nil, bad("choice %d %q: the run already broke a promise at tick %d", i, c, r.violation.Tick)
+					break // the scheduler stops at a broken promise
 				}
 				before := len(w.Events())
 				more, err := sim.Step()
