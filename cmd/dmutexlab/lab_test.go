@@ -2,10 +2,13 @@ package main
 
 import (
 	"fmt"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/dmutex/dmutex"
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // TestPlain: the page's violation texts keep what happened and drop the
@@ -24,4 +27,47 @@ func TestPlain(t *testing.T) {
 	for _, tt := range tests {
 		assert.Equal(t, tt.want, plain(tt.err))
 	}
+}
+
+// TestTheoryOneAtATime: the closed form the page shows beside the counts
+// is what a run gives with one peer asking at a time (peers other than
+// the coordinator or the token's first holder, P0, where the form says
+// so), by kind and in all.
+func TestTheoryOneAtATime(t *testing.T) {
+	for _, alg := range []dmutex.Algorithm{dmutex.Centralized, dmutex.Lamport, dmutex.RicartAgrawala, dmutex.SuzukiKasami} {
+		for _, n := range []int{2, 3, 5} {
+			t.Run(fmt.Sprintf("%v/n=%d", alg, n), func(t *testing.T) {
+				var choices []string
+				for p := 1; p < n; p++ {
+					choices = append(choices, fmt.Sprintf("r%d", p), "a1000")
+				}
+				st := &state{Alg: alg, N: n, Choices: choices}
+				r, err := replay(st)
+				require.NoError(t, err)
+				require.Nil(t, r.violation)
+				v := r.view()
+				require.True(t, v.Done)
+				entries := int(v.Counts.Entries)
+				require.Equal(t, n-1, entries)
+				assert.Equal(t, perEntry(t, v.Counts.Theory), int(v.Counts.Messages)/entries, "all: %s", v.Counts.Theory)
+				assert.Zero(t, int(v.Counts.Messages)%entries)
+				for _, k := range v.Counts.Kinds {
+					assert.Equal(t, perEntry(t, k.Theory)*entries, int(k.Sent), "%s: %s", k.Kind, k.Theory)
+				}
+			})
+		}
+	}
+}
+
+// perEntry reads the number a closed form ends with, as in "2(N-1) = 4"
+// or "1", before any remark in parentheses.
+func perEntry(t *testing.T, form string) int {
+	t.Helper()
+	form, _, _ = strings.Cut(form, " (")
+	if _, after, ok := strings.Cut(form, "= "); ok {
+		form = after
+	}
+	k, err := strconv.Atoi(strings.TrimSpace(form))
+	require.NoError(t, err, "closed form %q", form)
+	return k
 }
