@@ -486,6 +486,10 @@ func describeTick(evs []dmutex.Event, id string) (string, string) {
 			parts = append(parts, fmt.Sprintf("P%d requests", e.Peer))
 		case dmutex.EventEnter:
 			parts = append(parts, fmt.Sprintf("P%d enters", e.Peer))
+		case dmutex.EventTry:
+			parts = append(parts, fmt.Sprintf("P%d tries", e.Peer))
+		case dmutex.EventRefused:
+			parts = append(parts, fmt.Sprintf("P%d is refused", e.Peer))
 		case dmutex.EventCrash:
 			parts = append(parts, fmt.Sprintf("P%d crashes", e.Peer))
 		case dmutex.EventPartition:
