@@ -80,16 +80,26 @@
 //
 // # Trying without waiting
 //
-// Locker.TryLock and TryLockContext enter only if that needs no wait for
-// a holder to leave; otherwise TryLockContext returns ErrLocked, also when
+// [Locker].TryLock and TryLockContext enter only if that needs no wait for
+// a holder to leave; otherwise TryLockContext returns [ErrLocked], also when
 // the algorithm will give the lock first to a request with priority. An
 // idle token holder or the coordinator decides with no message; the other
 // peers ask, with a try message (kind "try"), and every peer asked answers
 // at once, with a permission or "busy". A refused try is withdrawn with no
 // trace: no peer keeps a deferred reply, a vote or a queued request for
-// it, which the model checker verifies in every final state. Each
-// constructor states what a try costs. The token ring's peer that has just
-// passed the token on refuses at once until the token rests again.
+// it, which [Check] verifies in every final state (CheckConfig.Tries).
+// Each constructor states what a try costs. The token ring's peer that has
+// just passed the token on refuses at once until the token rests again.
+//
+// # Lost peers
+//
+// With [WithUnreachableAfter], a peer whose transport implements
+// [Reachability] (ChanEndpoint, and the gRPC transport) stops waiting when
+// a peer its request needs has been unreachable for longer than the bound:
+// LockContext and TryLockContext return an [*UnreachableError] naming the
+// peers, which matches [ErrPeerUnreachable]; Lock keeps waiting. The
+// request is withdrawn as a cancelled one is, so the signal never lets
+// anyone in.
 //
 // # Failures
 //
@@ -147,7 +157,7 @@
 // store rejects.
 //
 // Fences are counted by the cluster, so a cluster started afresh counts
-// from 1 again. WithFenceFloor carries them across restarts: give the new
+// from 1 again. [WithFenceFloor] carries them across restarts: give the new
 // cluster the highest fence the store has accepted, and every fence it
 // hands out is above it. A store that rejects a fence lower than the
 // highest it has accepted then never accepts a stale holder, across
