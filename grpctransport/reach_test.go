@@ -13,20 +13,36 @@ import (
 	"github.com/dmutex/dmutex"
 )
 
-// TestUnreachableOverGRPC starts three Ricart-Agrawala peers over gRPC
-// with WithUnreachableAfter, stops one, and checks that another's
-// LockContext then ends with ErrPeerUnreachable naming it, while the
-// transport reports the stopped peer unreachable and the live one
-// reachable.
+// TestUnreachableOverGRPC starts, for every algorithm, three peers over
+// gRPC with WithUnreachableAfter, stops one that peer 1's request needs
+// (the coordinator or token holder, peer 0, or a member of Maekawa's
+// voting set), and checks that peer 1's LockContext then ends with
+// ErrPeerUnreachable naming it, while the transport reports the stopped
+// peer unreachable and the live one reachable.
 func TestUnreachableOverGRPC(t *testing.T) {
-	const n = 3
+	for _, alg := range dmutex.Algorithms() {
+		t.Run(alg.String(), func(t *testing.T) { testUnreachableOverGRPC(t, alg) })
+	}
+}
+
+func testUnreachableOverGRPC(t *testing.T, alg dmutex.Algorithm) {
+	const n, req = 3, 1
+	stop := 0
+	if alg == dmutex.Maekawa {
+		for _, v := range dmutex.VotingSets(n)[req] {
+			if v != req {
+				stop = v
+			}
+		}
+	}
+	live := 3 - req - stop
 	ls, addrs := listeners(t, n)
 	peers := make([]*dmutex.Peer, n)
 	trs := make([]*Transport, n)
 	for i := range n {
 		tr, err := New(i, addrs, WithListener(ls[i]), Insecure(), fastRetry, quiet)
 		require.NoError(t, err)
-		p, err := dmutex.NewPeer(dmutex.RicartAgrawala, i, n, tr, dmutex.WithUnreachableAfter(100*time.Millisecond))
+		p, err := dmutex.NewPeer(alg, i, n, tr, dmutex.WithUnreachableAfter(100*time.Millisecond))
 		if err != nil {
 			_ = tr.Close()
 		}
@@ -34,8 +50,10 @@ func TestUnreachableOverGRPC(t *testing.T) {
 		peers[i], trs[i] = p, tr
 	}
 	defer func() {
-		for _, p := range peers[:2] {
-			require.NoError(t, p.Close())
+		for i, p := range peers {
+			if i != stop {
+				require.NoError(t, p.Close())
+			}
 		}
 	}()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -55,18 +73,18 @@ func TestUnreachableOverGRPC(t *testing.T) {
 			}
 		}
 	}
-	require.NoError(t, peers[0].LockContext(ctx))
-	peers[0].Unlock()
+	require.NoError(t, peers[stop].LockContext(ctx)) // the token, if any, stays there
+	peers[stop].Unlock()
 
-	require.NoError(t, peers[2].Close())
-	err := peers[0].LockContext(ctx)
+	require.NoError(t, peers[stop].Close())
+	err := peers[req].LockContext(ctx)
 	require.True(t, errors.Is(err, dmutex.ErrPeerUnreachable), "%v", err)
 	var ue *dmutex.UnreachableError
 	require.True(t, errors.As(err, &ue))
-	assert.Equal(t, []int{2}, ue.Peers)
-	ok, since := trs[0].Reachable(2)
+	assert.Contains(t, ue.Peers, stop)
+	ok, since := trs[req].Reachable(stop)
 	assert.False(t, ok)
 	assert.False(t, since.IsZero())
-	ok, _ = trs[0].Reachable(1)
+	ok, _ = trs[req].Reachable(live)
 	assert.True(t, ok)
 }
