@@ -25,6 +25,7 @@ type shakingListener struct {
 	mu      sync.Mutex
 	cut     bool // set by cutHandshakes; later connections are closed at once
 	shaking map[*shakingConn]struct{}
+	shaken  int // handshakes that ended, for tests
 }
 
 func newShakingListener(l net.Listener) *shakingListener {
@@ -74,6 +75,9 @@ type shakingConn struct {
 func (c *shakingConn) SetDeadline(t time.Time) error {
 	if t.IsZero() {
 		c.l.done(c) // the server clears the handshake deadline when it ends
+		c.l.mu.Lock()
+		c.l.shaken++
+		c.l.mu.Unlock()
 	}
 	return c.Conn.SetDeadline(t)
 }

@@ -119,10 +119,23 @@ type outbox struct {
 	next    uint64          // sequence number of the next frame
 	acked   uint64          // every frame up to acked was delivered
 	sentMax uint64          // highest sequence number ever sent
-	up      bool            // the receiver accepted the current stream
 
-	wake chan struct{} // buffered 1: queue grew
+	// The current stream, once its hello is out (else nil), the highest
+	// sequence number sent on it, and whether a goroutine is sending on
+	// it: the link's session, or Send writing directly (see enqueue).
+	stream  wirepb.Link_ConnectClient
+	sentSeq uint64
+	writing bool
+
+	wake chan struct{} // buffered 1: there are frames for the session to send
 }
+
+// directMax is the most unacknowledged frames an outbox may hold for Send
+// to write a small frame itself rather than hand it to the link's
+// goroutine. So few small frames cannot fill gRPC's per-stream write
+// quota (64 KiB) or the flow-control window, so such a write never waits
+// for the receiver.
+const directMax = 64
 
 // An inlink is what a receiver remembers of one sender.
 type inlink struct {
@@ -316,7 +329,10 @@ func (t *Transport) Send(to int, m dmutex.Message) error {
 	return nil
 }
 
-// enqueue gives f the next sequence number of o and wakes o's link.
+// enqueue gives f the next sequence number of o and queues it. If the
+// link is up and idle, nothing else waits and f is small, it writes f on
+// the stream itself, which saves waking the link's goroutine; otherwise
+// it wakes the link to send it.
 func (t *Transport) enqueue(o *outbox, f *wirepb.Frame) error {
 	o.mu.Lock()
 	if t.isClosed() {
@@ -330,12 +346,50 @@ func (t *Transport) enqueue(o *outbox, f *wirepb.Frame) error {
 	f.Seq = o.next
 	o.next++
 	o.queue = append(o.queue, f)
+	s := o.stream
+	direct := s != nil && !o.writing && o.sentSeq+1 == f.Seq && f.GetMsg().GetToken() == nil && len(o.queue) <= directMax
+	if direct {
+		o.writing = true
+	}
 	o.mu.Unlock()
+	if !direct {
+		o.kick()
+		return nil
+	}
+	in := t.in[o.to]
+	t.carryAck(in, f)
+	err := s.Send(f)
+	o.mu.Lock()
+	o.writing = false
+	if err == nil && o.stream == s {
+		o.sentSeq = f.Seq
+		o.sentMax = max(o.sentMax, f.Seq)
+	}
+	pending := err != nil || o.sentSeq+1 < o.next
+	o.mu.Unlock()
+	if err == nil && f.Ack != 0 {
+		atomicMax(&in.carried, f.Ack)
+	}
+	if pending {
+		o.kick() // frames queued meanwhile, or a broken stream to resend f on
+	}
+	return nil
+}
+
+// kick wakes o's link goroutine.
+func (o *outbox) kick() {
 	select {
 	case o.wake <- struct{}{}:
 	default:
 	}
-	return nil
+}
+
+// carryAck sets f to acknowledge, on the way, what the peer it goes to
+// sent this transport, so that its receiver need not send a separate Ack.
+func (t *Transport) carryAck(in *inlink, f *wirepb.Frame) {
+	if ackEpoch, ackLast := in.ackEpoch.Load(), in.ackLast.Load(); ackEpoch != 0 && ackLast != 0 {
+		f.AckEpoch, f.Ack = ackEpoch, ackLast
+	}
 }
 
 // Recv returns the channel of messages for this peer. It is closed after
@@ -467,11 +521,11 @@ func (t *Transport) session(o *outbox) (err error) {
 		return err
 	}
 	o.mu.Lock()
-	sent := o.acked     // frames after this one go out on this stream
+	first := o.acked    // frames after this one go out on this stream
 	resend := o.sentMax // frames up to this one went out on an earlier stream
 	o.mu.Unlock()
 	hello := &wirepb.Frame{Hello: &wirepb.Hello{
-		From: uint32(t.id), To: uint32(o.to), N: uint32(t.n), Epoch: t.epoch, FirstSeq: sent + 1,
+		From: uint32(t.id), To: uint32(o.to), N: uint32(t.n), Epoch: t.epoch, FirstSeq: first + 1,
 		Algorithm: t.opt.alg, Options: t.opt.algOptions,
 	}}
 	if err := stream.Send(hello); err != nil {
@@ -482,7 +536,15 @@ func (t *Transport) session(o *outbox) (err error) {
 	}
 	acks := make(chan error, 1)
 	go func() { acks <- t.readAcks(stream, o) }()
+	o.mu.Lock()
+	o.stream, o.sentSeq = stream, first
+	o.mu.Unlock()
 	defer func() {
+		o.mu.Lock()
+		if o.stream == stream {
+			o.stream = nil // no more direct writes on it
+		}
+		o.mu.Unlock()
 		if errors.Is(err, io.EOF) {
 			// Send found the stream ended, perhaps refused: readAcks gets
 			// the reason from Recv, unless a cancel comes first. A peer
@@ -506,33 +568,38 @@ func (t *Transport) session(o *outbox) (err error) {
 		// The receiver may acknowledge frames this stream has not sent
 		// yet, when an earlier stream delivered them and its
 		// acknowledgement was lost.
-		sent = max(sent, o.acked)
-		batch = append(batch[:0], o.queue[sent-o.acked:]...)
+		o.sentSeq = max(o.sentSeq, o.acked)
+		batch = batch[:0]
+		if !o.writing { // else Send is writing, and kicks when it is done
+			batch = append(batch, o.queue[o.sentSeq-o.acked:]...)
+			o.writing = len(batch) > 0
+		}
 		o.mu.Unlock()
 		for i, f := range batch {
-			// Acknowledge what o's peer sent us on the way, so that its
-			// receiver need not send a separate Ack.
-			ackEpoch, ackLast := in.ackEpoch.Load(), in.ackLast.Load()
-			if ackEpoch != 0 && ackLast != 0 {
-				f.AckEpoch, f.Ack = ackEpoch, ackLast
-			}
+			t.carryAck(in, f)
 			if err := stream.Send(f); err != nil {
+				o.mu.Lock()
+				o.writing = false
+				o.mu.Unlock()
 				clear(batch)
 				return err
 			}
 			if f.Ack != 0 {
 				atomicMax(&in.carried, f.Ack)
 			}
-			sent = f.Seq
-			if sent <= resend {
+			if f.Seq <= resend {
 				t.resent.Add(1)
 			}
 			o.mu.Lock()
-			o.sentMax = max(o.sentMax, sent)
+			o.sentSeq = f.Seq
+			o.sentMax = max(o.sentMax, f.Seq)
 			o.mu.Unlock()
 			batch[i] = nil
 		}
 		if len(batch) > 0 {
+			o.mu.Lock()
+			o.writing = false
+			o.mu.Unlock()
 			continue
 		}
 		select {
