@@ -15,7 +15,8 @@
 //
 //	dmutex_wait_seconds{peer}                  histogram: Lock and LockContext calls that entered, by time waited
 //	dmutex_hold_seconds{peer}                  histogram: holds, by time from entry to Unlock
-//	dmutex_lock_failures_total{peer,reason}    counter: calls that gave up; reason is timeout, canceled, closed or other
+//	dmutex_lock_failures_total{peer,reason}    counter: calls that gave up; reason is timeout, canceled,
+//	                                           refused (TryLock), unreachable, closed or other
 //	dmutex_messages_total{peer,direction,kind} counter: messages sent (accepted by the transport) and received
 //	dmutex_send_errors_total{peer,kind}        counter: messages the transport refused
 //
@@ -39,10 +40,12 @@ import (
 
 // Reasons for dmutex_lock_failures_total.
 const (
-	ReasonTimeout  = "timeout"  // the context's deadline passed (context.DeadlineExceeded)
-	ReasonCanceled = "canceled" // the context was cancelled (context.Canceled)
-	ReasonClosed   = "closed"   // the peer was closed (dmutex.ErrClosed)
-	ReasonOther    = "other"    // any other error
+	ReasonTimeout     = "timeout"     // the context's deadline passed (context.DeadlineExceeded)
+	ReasonCanceled    = "canceled"    // the context was cancelled (context.Canceled)
+	ReasonRefused     = "refused"     // a TryLock found the lock held or promised (dmutex.ErrLocked)
+	ReasonUnreachable = "unreachable" // a peer the request needs is unreachable (dmutex.ErrPeerUnreachable)
+	ReasonClosed      = "closed"      // the peer was closed (dmutex.ErrClosed)
+	ReasonOther       = "other"       // any other error
 )
 
 // Reason returns the reason label under which Metrics counts a call that
@@ -53,6 +56,10 @@ func Reason(err error) string {
 		return ReasonTimeout
 	case errors.Is(err, context.Canceled):
 		return ReasonCanceled
+	case errors.Is(err, dmutex.ErrLocked):
+		return ReasonRefused
+	case errors.Is(err, dmutex.ErrPeerUnreachable):
+		return ReasonUnreachable
 	case errors.Is(err, dmutex.ErrClosed):
 		return ReasonClosed
 	}
@@ -120,7 +127,7 @@ func New() *Metrics {
 		}, []string{"peer"}),
 		failures: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "dmutex_lock_failures_total",
-			Help: "Lock calls that gave up without entering, by reason.",
+			Help: "Lock and TryLock calls that gave up without entering, by reason.",
 		}, []string{"peer", "reason"}),
 		messages: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "dmutex_messages_total",

@@ -3,6 +3,7 @@ package dmutexprom_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -59,17 +60,20 @@ func TestScrapeAfterKnownEntries(t *testing.T) {
 	cancelled, cancel2 := context.WithCancel(context.Background())
 	cancel2()
 	require.ErrorIs(t, c.Peer(0).LockContext(cancelled), context.Canceled)
+	p1.Lock()
+	require.False(t, c.Peer(2).TryLock(), "peer 1 holds the lock")
+	p1.Unlock()
 
 	text := scrape(t, reg)
-	// Peer 1 asked each of the 2 others once per entry, and each answered:
-	// every reply peer 1 waited for had arrived before it entered.
+	// Peer 1 asked each of the 2 others once per entry (four, then the
+	// hold that refuses peer 2's TryLock), and each answered: every reply
+	// peer 1 waited for had arrived before it entered.
 	for _, want := range []string{
-		`dmutex_wait_seconds_count{peer="1"} 4`,
-		`dmutex_hold_seconds_count{peer="1"} 4`,
-		`dmutex_messages_total{direction="sent",kind="request",peer="1"} 8`,
-		`dmutex_messages_total{direction="received",kind="reply",peer="1"} 8`,
-		`dmutex_messages_total{direction="sent",kind="reply",peer="0"} 4`,
-		`dmutex_messages_total{direction="sent",kind="reply",peer="2"} 4`,
+		`dmutex_wait_seconds_count{peer="1"} 5`,
+		`dmutex_hold_seconds_count{peer="1"} 5`,
+		`dmutex_messages_total{direction="sent",kind="request",peer="1"} 10`,
+		`dmutex_messages_total{direction="received",kind="reply",peer="1"} 10`,
+		`dmutex_lock_failures_total{peer="2",reason="refused"} 1`,
 		`dmutex_lock_failures_total{peer="2",reason="timeout"} 1`,
 		`dmutex_lock_failures_total{peer="0",reason="canceled"} 1`,
 		`dmutex_wait_seconds_count{peer="0"} 0`, // peer 0 never entered
@@ -77,7 +81,7 @@ func TestScrapeAfterKnownEntries(t *testing.T) {
 		assert.Contains(t, text, want+"\n")
 	}
 	assert.NotContains(t, text, "dmutex_send_errors_total{", "no send failed")
-	assert.Equal(t, uint64(2*(n-1)*entries), c.Stats().Messages, "the cluster's own count agrees")
+	assert.Equal(t, uint64((n-1)*(entries+1)), c.Peer(1).Stats().ByKind["request"], "the peer's own count agrees")
 }
 
 // TestReason checks the reason labels, wrapped errors included.
@@ -89,6 +93,8 @@ func TestReason(t *testing.T) {
 		{context.DeadlineExceeded, dmutexprom.ReasonTimeout},
 		{context.Canceled, dmutexprom.ReasonCanceled},
 		{dmutex.ErrClosed, dmutexprom.ReasonClosed},
+		{dmutex.ErrLocked, dmutexprom.ReasonRefused},
+		{fmt.Errorf("x: %w", dmutex.ErrPeerUnreachable), dmutexprom.ReasonUnreachable},
 		{errors.Join(errors.New("x"), dmutex.ErrClosed), dmutexprom.ReasonClosed},
 		{errors.New("something else"), dmutexprom.ReasonOther},
 	} {
