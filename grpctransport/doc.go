@@ -1,18 +1,23 @@
 // Package grpctransport carries dmutex messages between processes over
 // gRPC, so that the peers of one cluster can run on different machines
-// with the same algorithms and the same Locker API as in one process.
+// with the same algorithms and the same [dmutex.Locker] API as in one
+// process.
 //
 // # Use
 //
-// Every process starts one Transport with the cluster's static membership,
-// the address of each peer in id order, and hands it to dmutex.NewPeer:
+// Every process starts one [Transport] with the cluster's static
+// membership, the address of each peer in id order, and hands it to
+// [dmutex.NewPeer]:
 //
 //	tr, err := grpctransport.New(id, addrs, grpctransport.WithTLS(cfg),
 //		grpctransport.WithCluster(dmutex.RicartAgrawala, ""))
 //	...
 //	p, err := dmutex.NewPeer(dmutex.RicartAgrawala, id, len(addrs), tr)
 //
-// The Peer owns the transport from then on and closes it in Close.
+// The [dmutex.Peer] owns the transport from then on and closes it in
+// Close. [WithServerOptions] and [WithDialOptions] add gRPC options, such
+// as interceptors; every peer also serves the standard gRPC health service
+// ([HealthService]).
 //
 // # Wire
 //
@@ -29,11 +34,15 @@
 //
 // # Security
 //
-// New requires WithTLS (mutual TLS) or, by name, Insecure. With TLS, peer
-// i's certificate must carry the DNS name PeerName(i): a receiver refuses
+// [New] requires [WithTLS] (mutual TLS) or, by name, [Insecure]. With TLS,
+// peer i's certificate must carry the DNS name [PeerName](i), and allow
+// both server and client authentication; New refuses a certificate that
+// does not, or that does not chain to the given authority, with an error
+// wrapping [ErrCertificate] that says which. A receiver refuses
 // a stream whose sender claims an id its certificate does not name, or an
 // id outside the membership, and a sender checks that it reached the peer
 // it dialed. A frame that is malformed, oversized or inconsistent with
 // its stream closes that stream with a logged error; the other streams,
-// and the peer, keep working.
+// and the peer, keep working. A TLS handshake that fails is logged as a
+// warning, with the reason, on both sides.
 package grpctransport
