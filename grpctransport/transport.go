@@ -358,6 +358,7 @@ func (t *Transport) enqueue(o *outbox, f *wirepb.Frame) error {
 	}
 	in := t.in[o.to]
 	t.carryAck(in, f)
+	ack := f.Ack // once writing is off, the link may resend f and change it
 	err := s.Send(f)
 	o.mu.Lock()
 	o.writing = false
@@ -367,8 +368,8 @@ func (t *Transport) enqueue(o *outbox, f *wirepb.Frame) error {
 	}
 	pending := err != nil || o.sentSeq+1 < o.next
 	o.mu.Unlock()
-	if err == nil && f.Ack != 0 {
-		atomicMax(&in.carried, f.Ack)
+	if err == nil && ack != 0 {
+		atomicMax(&in.carried, ack)
 	}
 	if pending {
 		o.kick() // frames queued meanwhile, or a broken stream to resend f on
