@@ -166,11 +166,17 @@ func assertMatches(t *testing.T, ctx context.Context, w *dmutex.World, step stri
 	t.Helper()
 	got, err := chromedp.Run(ctx, chromedp.Evaluate[shown](readShown))
 	require.NoError(t, err)
-	// The diagram: every message sent, delivered or still pending, from
-	// its sender to its receiver.
+	// The diagram: every message sent, delivered, lost or still pending,
+	// from its sender to its receiver.
 	inFlight := map[uint64]bool{}
 	for _, m := range w.Messages() {
 		inFlight[m.Seq] = true
+	}
+	lost := map[uint64]bool{}
+	for _, e := range w.Events() {
+		if e.Kind == dmutex.EventLost {
+			lost[e.Seq] = true
+		}
 	}
 	want := []string{}
 	entries := 0
@@ -180,6 +186,8 @@ func assertMatches(t *testing.T, ctx context.Context, w *dmutex.World, step stri
 			state := "delivered"
 			if inFlight[e.Seq] {
 				state = "pending"
+			} else if lost[e.Seq] {
+				state = "lost"
 			}
 			want = append(want, fmt.Sprintf("m%d %s P%d->P%d %s", e.Seq, e.Msg.Kind, e.Msg.From, e.Msg.To, state))
 		case dmutex.EventEnter:
@@ -400,6 +408,52 @@ func TestBrowserCounterexample(t *testing.T) {
 	assert.Equal(t, steps, cause, "every step of the counterexample is highlighted")
 	assert.Equal(t, 1, broke, "the step that broke the promise stands out")
 	assert.Equal(t, 1, brokeCols, "and so does its column on the diagram")
+}
+
+// TestBrowserFaultButtons: the crash, partition and heal buttons make
+// the choices the Simulation's Crash, Partition and Heal replay, and the
+// page shows the world they give.
+func TestBrowserFaultButtons(t *testing.T) {
+	ctx := tab(t)
+	srv := httptest.NewServer(newHandler())
+	defer srv.Close()
+	choices := []string{"r0", "r1", "r2"}
+	q := func() string { return stateQuery(dmutex.RicartAgrawala, 3, 1, choices...) }
+	require.NoError(t, chromedp.Do(ctx,
+		chromedp.Navigate(srv.URL+"/?alg=ricart-agrawala&n=3&seed=1"),
+		chromedp.WaitVisible(chromedp.CSS(`body[data-ready="1"]`)),
+		chromedp.Click(chromedp.CSS("#all-request")),
+		waitQuery(q())))
+	choices = append(choices, "d1")
+	require.NoError(t, chromedp.Do(ctx,
+		chromedp.Click(chromedp.CSS(`#inflight li.deliverable[data-seq="1"]`)),
+		waitQuery(q())))
+	choices = append(choices, "c2")
+	require.NoError(t, chromedp.Do(ctx,
+		chromedp.Click(chromedp.CSS(`.peer[data-peer="2"] button.crash`)),
+		waitQuery(q())))
+	choices = append(choices, "p0_1-2")
+	require.NoError(t, chromedp.Do(ctx,
+		chromedp.SetValue(chromedp.CSS("#groups"), "0 | 1, 2"),
+		chromedp.Click(chromedp.CSS("#partition")),
+		waitQuery(q())))
+	choices = append(choices, "h")
+	require.NoError(t, chromedp.Do(ctx,
+		chromedp.Click(chromedp.CSS("#heal")),
+		waitQuery(q())))
+	w := reference(t, dmutex.RicartAgrawala, 3, 1, choices).World()
+	assertMatches(t, ctx, w, strings.Join(choices, "."))
+	require.True(t, w.Peer(2).Crashed)
+	lost, err := chromedp.Run(ctx, chromedp.Evaluate[int](`document.querySelectorAll('#diagram g.msg-g.lost').length`))
+	require.NoError(t, err)
+	want := 0
+	for _, e := range w.Events() {
+		if e.Kind == dmutex.EventLost {
+			want++
+		}
+	}
+	assert.Positive(t, want, "the crash and the partition lose messages in flight")
+	assert.Equal(t, want, lost, "every lost message is drawn as lost")
 }
 
 // TestBrowserBadLink: a link that does not replay says why, over a new

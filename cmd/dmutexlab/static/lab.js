@@ -225,12 +225,15 @@ function renderDiagram() {
     }
     if (e.kind === "partition" || e.kind === "heal") {
       svg.append(el("svg:line", { x1: X(e.tick), y1: top, x2: X(e.tick), y2: height - 10, stroke: "#d92d20", "stroke-dasharray": "6 3" }));
-      svg.append(el("svg:text", { class: "mark", x: X(e.tick) + 3, y: height - 4, fill: "#d92d20" }, e.kind === "heal" ? "heal" : "partition " + e.text));
+      // Partitions are labelled below the lanes and heals above, so that
+      // a heal right after a partition does not write over it.
+      const heal = e.kind === "heal";
+      svg.append(el("svg:text", { class: "mark", x: X(e.tick) + 3, y: heal ? top + 2 : height - 4, fill: "#d92d20" }, heal ? "heal" : "partition " + e.text));
     }
   }
 
   svg.append(el("svg:line", { class: "now", x1: X(T + 1), y1: top - 4, x2: X(T + 1), y2: height - 14 }));
-  svg.append(el("svg:text", { class: "tick-label", x: X(T + 1), y: height - 2, "text-anchor": "middle" }, "now"));
+  svg.append(el("svg:text", { class: "tick-label", x: X(T + 1), y: top - 10, "text-anchor": "middle" }, "now"));
 
   // Messages: from their send to their delivery, loss, or (pending) now.
   const sent = new Map(), ended = new Map();
