@@ -137,6 +137,13 @@ const (
 	evRelease                      // the local user leaves the critical section
 	evMessage                      // msg arrived from another peer
 	evTry                          // the local user tries the critical section (TryLock)
+
+	// evSuspect and evTrust say that the runtime's failure detector
+	// suspects peer msg.From to have failed, or trusts it again
+	// (WithUnreachableAfter; see Peer.suspectLocked). No machine takes
+	// them yet: they are the form in which crash-tolerant machines will.
+	evSuspect
+	evTrust
 )
 
 // An event is one input to a machine.

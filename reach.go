@@ -147,9 +147,9 @@ func (p *Peer) reassess() time.Duration {
 }
 
 // suspectLocked records that peer j is suspected to have failed, or
-// trusted again. This is where the crash-recovery work will hand the
-// machine an evSuspect or evTrust event; for now the runtime only ends
-// the waits that need j.
+// trusted again. This is where the crash-recovery work will step the
+// machine with event{kind: evSuspect or evTrust, msg: Message{From: j}};
+// for now the runtime only ends the waits that need j.
 func (p *Peer) suspectLocked(j int, suspected bool) {
 	rc := &p.reach
 	rc.suspected[j] = suspected
@@ -208,9 +208,17 @@ func (p *Peer) suspicionsLocked() <-chan struct{} {
 	return p.reach.changed
 }
 
-// unreachable is unreachableLocked under the peer's mutex.
-func (p *Peer) unreachable() error {
+// Suspected returns the peers this peer suspects now: those unreachable
+// for longer than WithUnreachableAfter allows, in increasing order. It is
+// nil without WithUnreachableAfter.
+func (p *Peer) Suspected() []int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.unreachableLocked()
+	var sus []int
+	for j, s := range p.reach.suspected {
+		if s {
+			sus = append(sus, j)
+		}
+	}
+	return sus
 }

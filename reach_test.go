@@ -91,18 +91,18 @@ func TestUnreachableBeforeRequest(t *testing.T) {
 			require.NoError(t, c.Network().Partition([]int{cut}, rest))
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
-			// Wait until the peer is suspected without asking anything:
-			// TryLock refuses locally while a caller of this peer is in,
-			// so probe with a peer-level read of the suspicion instead.
-			for p.(*Peer).unreachable() == nil {
+			// Wait, asking nothing of the machine, until the peer is
+			// suspected.
+			for len(p.(*Peer).Suspected()) == 0 {
 				require.NoError(t, ctx.Err(), "never suspected")
 				time.Sleep(time.Millisecond)
 			}
+			assert.Equal(t, []int{cut}, p.(*Peer).Suspected())
 			before := c.Stats()
 			requireUnreachable(t, p.LockContext(ctx), cut)
 			assert.Equal(t, before, c.Stats(), "nothing sent while the peer is unreachable")
 			c.Network().Heal()
-			for p.(*Peer).unreachable() != nil {
+			for len(p.(*Peer).Suspected()) > 0 {
 				require.NoError(t, ctx.Err(), "never trusted again")
 				time.Sleep(time.Millisecond)
 			}

@@ -5,8 +5,11 @@
 // a shortest counterexample when a promise breaks.
 //
 //	dmutexcheck -alg ricart-agrawala -n 3 -requests 2
+//	dmutexcheck -alg suzuki-kasami -n 3 -tries 1
 //	dmutexcheck -variant maekawa-textbook-failed
 //	dmutexcheck -list
+//
+// -tries puts TryLock calls in the mix, beside the requests.
 //
 // Exit codes: 0 every property holds, 1 a violation was found, 2 bad
 // usage, 3 the state limit stopped the search before it found anything
