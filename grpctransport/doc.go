@@ -17,7 +17,10 @@
 // The [dmutex.Peer] owns the transport from then on and closes it in
 // Close. [WithServerOptions] and [WithDialOptions] add gRPC options, such
 // as interceptors; every peer also serves the standard gRPC health service
-// ([HealthService]).
+// ([HealthService]). A Transport implements [dmutex.Reachability] from the
+// state of its gRPC connections, kept honest by keepalive pings, so
+// [dmutex.WithUnreachableAfter] works over it: a LockContext that waits
+// for a peer whose process is gone returns [dmutex.ErrPeerUnreachable].
 //
 // # Wire
 //
