@@ -252,3 +252,29 @@ func deliveriesStrand(w *World, j int, key func(*World) string, answered map[str
 	}
 	return ""
 }
+
+// TestMaekawaTryIsNotInquired pins that a voter whose vote is with a try
+// asks nothing back when a better request arrives: the try never waits,
+// so its release comes soon, and an INQUIRE would only cost a message the
+// trier ignores. The better request waits in the queue for the try's
+// release.
+func TestMaekawaTryIsNotInquired(t *testing.T) {
+	sets := [][]int{{0, 1, 2}, {0, 1, 2}, {0, 1, 2}}
+	m, err := newMaekawa(0, 3, &config{alg: Maekawa, n: 3, votingSets: sets})
+	require.NoError(t, err)
+	var out output
+	m.step(event{kind: evMessage, msg: Message{Kind: KindTry, From: 1, To: 0, TS: 5, Ref: 5}}, &out)
+	require.Len(t, out.msgs, 1)
+	assert.Equal(t, KindLocked, out.msgs[0].Kind)
+	out.reset()
+	m.step(event{kind: evMessage, msg: Message{Kind: KindRequest, From: 2, To: 0, TS: 1, Ref: 1}}, &out)
+	var kinds []Kind
+	for _, msg := range out.msgs {
+		kinds = append(kinds, msg.Kind)
+	}
+	assert.NotContains(t, kinds, KindInquire)
+	out.reset()
+	m.step(event{kind: evMessage, msg: Message{Kind: KindTry, From: 2, To: 0, TS: 6, Ref: 6}}, &out)
+	require.Len(t, out.msgs, 1)
+	assert.Equal(t, KindBusy, out.msgs[0].Kind, "a second try, while the vote is out, is refused")
+}
