@@ -363,3 +363,32 @@ func TestTokenRingIdleIsQuiet(t *testing.T) {
 	// the token comes by lets it pass, so the ratio is logged, not bound.
 	assert.LessOrEqual(t, float64(lightStats.Messages)/light, float64(2*n+1), "at most a wake, n-1 hops and a lap per entry")
 }
+
+// TestTokenRingStateShowsEveryField changes one field at a time, of a peer
+// without the token and of one holding it: each change alters what the
+// peer does next, so the encoding must change too. (Which fields are left
+// out while holding is pinned in TestTokenRingCloneAndState.)
+func TestTokenRingStateShowsEveryField(t *testing.T) {
+	away := map[string]func(r *tokenRing){
+		"hold":    func(r *tokenRing) { r.hold = true },
+		"inside":  func(r *tokenRing) { r.inside = true },
+		"wanting": func(r *tokenRing) { r.wanting = true },
+		"next":    func(r *tokenRing) { r.next = 4 },
+		"rest":    func(r *tokenRing) { r.rest = 3 },
+		"woken":   func(r *tokenRing) { r.woken = true },
+	}
+	for name, change := range away {
+		r := newRingMachine(t, 1, 3)
+		change(r)
+		assert.NotEqual(t, newRingMachine(t, 1, 3).appendState(nil), r.appendState(nil), "away: %s", name)
+	}
+	holding := map[string]func(r *tokenRing){
+		"inside": func(r *tokenRing) { r.inside = true },
+		"hop":    func(r *tokenRing) { r.hop = 3 },
+	}
+	for name, change := range holding {
+		r := newRingMachine(t, 0, 3)
+		change(r)
+		assert.NotEqual(t, newRingMachine(t, 0, 3).appendState(nil), r.appendState(nil), "holding: %s", name)
+	}
+}
