@@ -113,3 +113,14 @@ func TestLamportCloneAndState(t *testing.T) {
 		assert.NotEqual(t, newLamportMachine(t, 0, 3).appendState(nil), d.appendState(nil), name)
 	}
 }
+
+// TestLamportDescribeAfterRelease checks that a peer that has left shows
+// no request any more: held is cleared on release.
+func TestLamportDescribeAfterRelease(t *testing.T) {
+	l := newLamportMachine(t, 0, 1)
+	_, entered := lpStep(l, event{kind: evRequest})
+	require.True(t, entered)
+	assert.Contains(t, l.describe(), Field{"request", "ts=1"})
+	lpStep(l, event{kind: evRelease})
+	assert.Contains(t, l.describe(), Field{"request", "none"})
+}
