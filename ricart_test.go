@@ -175,3 +175,14 @@ func TestRicartCloneAndState(t *testing.T) {
 		assert.NotEqual(t, base().appendState(nil), d.appendState(nil), name)
 	}
 }
+
+// TestRicartDescribeHeld checks that a peer inside shows as held, not as
+// still waiting: check moves the state on when it enters.
+func TestRicartDescribeHeld(t *testing.T) {
+	r := newRicartMachine(t, 0, 2)
+	raStep(r, event{kind: evRequest})
+	assert.Contains(t, r.describe(), Field{"state", "wanted"})
+	_, entered := raStep(r, raMsg(KindReply, 1, 0, 1, 1))
+	require.True(t, entered)
+	assert.Contains(t, r.describe(), Field{"state", "held"})
+}
