@@ -54,10 +54,24 @@ const AnyPeer = -1
 // CheckFaults are the faults Check may inject, each at most once, at any
 // point of any run.
 type CheckFaults struct {
-	Crash     bool // one peer may crash
-	CrashPeer int  // with Crash: the peer that may crash, or AnyPeer
-	Lose      bool // one message in flight may be lost
-	LoseKind  Kind // with Lose: the kind of message that may be lost; 0 for any
+	Crash       bool // one peer may crash
+	CrashPeer   int  // with Crash: the peer that may crash, or AnyPeer
+	CrashInside bool // with Crash: only while it is inside the critical section
+	Lose        bool // one message in flight may be lost
+	LoseKind    Kind // with Lose: the kind of message that may be lost; 0 for any
+
+	// Partition, if not empty, lets the network split once into these
+	// groups of peers (peers named in none form one more group): the
+	// messages in flight between groups are lost, and so is every
+	// message sent between them until a heal. Heal lets the partition
+	// end once, at any later point; what it dropped stays lost.
+	Partition [][]int
+	Heal      bool
+}
+
+// zero reports whether f injects no fault.
+func (f CheckFaults) zero() bool {
+	return !f.Crash && !f.Lose && len(f.Partition) == 0
 }
 
 func (f CheckFaults) String() string {
@@ -69,12 +83,26 @@ func (f CheckFaults) String() string {
 			parts = append(parts, fmt.Sprintf("crash P%d", f.CrashPeer))
 		}
 	}
+	if f.Crash && f.CrashInside {
+		parts[len(parts)-1] += " inside"
+	}
 	if f.Lose {
 		if f.LoseKind == 0 {
 			parts = append(parts, "lose any")
 		} else {
 			parts = append(parts, "lose "+f.LoseKind.String())
 		}
+	}
+	if len(f.Partition) > 0 {
+		var gs []string
+		for _, g := range f.Partition {
+			gs = append(gs, strings.Trim(strings.ReplaceAll(fmt.Sprint(g), " ", ","), "[]"))
+		}
+		p := "partition {" + strings.Join(gs, "}|{") + "}"
+		if f.Heal {
+			p += " then heal"
+		}
+		parts = append(parts, p)
 	}
 	return strings.Join(parts, ", ")
 }
@@ -296,6 +324,7 @@ type checker struct {
 // stateInfo is what holds in one explored state.
 type stateInfo struct {
 	wait    uint64 // peers waiting (request out, not inside), if no fault has struck
+	waitAny uint64 // peers waiting, crashed ones left out, fault or not
 	crashed uint64 // peers crashed
 	flags   uint8
 }
@@ -305,6 +334,7 @@ const (
 	stFaulted uint8 = 1 << iota // a fault has struck
 	stQuiet                     // nothing left to do
 	stBlocked                   // quiet, after a fault, with a surviving peer waiting
+	stHealed                    // a partition struck and healed
 )
 
 func newChecker(cc CheckConfig) (*checker, error) {
@@ -324,7 +354,7 @@ func newChecker(cc CheckConfig) (*checker, error) {
 		if cc.Network == NetworkDefault {
 			cc.Network = v.Network
 		}
-		if cc.Faults == (CheckFaults{}) {
+		if cc.Faults.zero() {
 			cc.Faults = v.Faults
 		}
 		cc.Options = append(slices.Clip(v.Options), cc.Options...)
@@ -369,6 +399,20 @@ func newChecker(cc CheckConfig) (*checker, error) {
 	}
 	if f := cc.Faults; f.Crash && (f.CrashPeer < AnyPeer || f.CrashPeer >= cc.N) {
 		return nil, fmt.Errorf("%w: crash of peer %d out of range [0, %d)", ErrInvalidConfig, f.CrashPeer, cc.N)
+	}
+	if f := cc.Faults; len(f.Partition) > 0 {
+		seen := make([]bool, cc.N)
+		for _, g := range f.Partition {
+			for _, p := range g {
+				if p < 0 || p >= cc.N || seen[p] {
+					return nil, fmt.Errorf("%w: partition %v: peer %d out of range [0, %d) or named twice", ErrInvalidConfig, f.Partition, p, cc.N)
+				}
+				seen[p] = true
+			}
+		}
+	}
+	if f := cc.Faults; f.Heal && len(f.Partition) == 0 {
+		return nil, fmt.Errorf("%w: heal without a partition", ErrInvalidConfig)
 	}
 	if f := cc.Faults; f.Lose && f.LoseKind != 0 && !f.LoseKind.Valid() {
 		return nil, fmt.Errorf("%w: lose messages of unknown kind %v", ErrInvalidConfig, f.LoseKind)
@@ -425,7 +469,13 @@ func (c *checker) startWorld(trace bool) (*World, error) {
 		w.peers[p].tries = k
 	}
 	if f := c.cc.Faults; f.Crash {
-		w.f.crashLeft, w.f.crashWho = 1, f.CrashPeer
+		w.f.crashLeft, w.f.crashWho, w.f.crashIn = 1, f.CrashPeer, f.CrashInside
+	}
+	if f := c.cc.Faults; len(f.Partition) > 0 {
+		w.f.partLeft, w.f.partInto = 1, f.Partition
+		if f.Heal {
+			w.f.healLeft = 1
+		}
 	}
 	if f := c.cc.Faults; f.Lose {
 		w.f.loseLeft, w.f.loseKind = 1, f.LoseKind
@@ -520,6 +570,14 @@ func (c *checker) explore(ctx context.Context) error {
 			if cur.isCrashed(p) {
 				info.crashed |= 1 << uint(p%64)
 			}
+		}
+		for p, s := range cur.peers {
+			if s.requested && !cur.isCrashed(p) {
+				info.waitAny |= 1 << uint(p%64)
+			}
+		}
+		if cur.f.parted && cur.f.group == nil {
+			info.flags |= stHealed
 		}
 		if cur.faulted() {
 			info.flags |= stFaulted

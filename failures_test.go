@@ -13,174 +13,69 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// A probe is one LockContext attempt in a failure scenario, and what the
-// documented failure semantics say must happen to it.
-type probe struct {
-	peer int
-	want outcome
-}
-
-type outcome int
-
-const (
-	proceeds outcome = iota + 1 // locks within a generous deadline
-	blocks                      // times out at a short deadline
-)
-
-func (o outcome) String() string {
-	if o == proceeds {
-		return "proceeds"
+// TestRuntimeFailureCells runs a few cells of the computed failure table
+// (doctables_test.go) on a real Cluster of three peers: the fault first,
+// then a fresh LockContext on a surviving peer, which must enter when the
+// table says "always" and time out when it says "never".
+func TestRuntimeFailureCells(t *testing.T) {
+	if testing.Short() {
+		t.Skip("model checks; not in -short")
 	}
-	return "blocks"
-}
-
-// A fault scenario, on a cluster of four peers whose peer 0 is the
-// coordinator or first token holder.
-type scenario struct {
-	name  string
-	apply func(t *testing.T, c *Cluster)
-	sim   func(t *testing.T, s *Simulation) // the same fault in the simulator (simfaults_test.go)
-}
-
-var (
-	crashIdle = scenario{"crash-idle-peer", func(t *testing.T, c *Cluster) {
-		require.NoError(t, c.Network().Crash(3))
-	}, func(t *testing.T, s *Simulation) {
-		require.NoError(t, s.Crash(3))
-	}}
-	crashHolder = scenario{"crash-holder", func(t *testing.T, c *Cluster) {
-		lockWithin(t, c.Peer(0), 5*time.Second) // peer 0 enters, then dies inside
-		require.NoError(t, c.Network().Crash(0))
-	}, func(t *testing.T, s *Simulation) {
-		enterThenCrash(t, s, 0)
-	}}
-	partition = scenario{"partition", func(t *testing.T, c *Cluster) {
-		require.NoError(t, c.Network().Partition([]int{0, 1}, []int{2, 3}))
-	}, func(t *testing.T, s *Simulation) {
-		require.NoError(t, s.Partition([]int{0, 1}, []int{2, 3}))
-	}}
-)
-
-// lose drops the next message of kind k from peer from to peer to.
-func lose(k Kind, from, to int) scenario {
-	match := func(m Message) bool { return m.Kind == k && m.From == from && m.To == to }
-	return scenario{fmt.Sprintf("lost-%v-%d-to-%d", k, from, to), func(t *testing.T, c *Cluster) {
-		c.Network().DropNext(1, match)
-	}, func(t *testing.T, s *Simulation) {
-		s.DropNext(1, match)
-	}}
-}
-
-// failureSemantics is the table behind the "Failures" section of the
-// package documentation: for each algorithm and fault, what each surviving
-// peer's next LockContext does. Probes run in order, each on a fresh
-// attempt; in no scenario may two peers be inside at once.
-var failureSemantics = []struct {
-	alg    string // variant name
-	fault  scenario
-	probes []probe
-}{
-	{"centralized", crashIdle, []probe{{0, proceeds}, {1, proceeds}, {2, proceeds}}},
-	{"centralized", crashHolder, []probe{{1, blocks}, {2, blocks}}},
-	{"centralized", lose(KindGrant, 0, 1), []probe{{1, blocks}, {2, blocks}}},
-	{"centralized", partition, []probe{{0, proceeds}, {1, proceeds}, {2, blocks}, {3, blocks}}},
-
-	{"lamport", crashIdle, []probe{{0, blocks}, {1, blocks}}},
-	{"lamport", crashHolder, []probe{{1, blocks}, {2, blocks}}},
-	// A later message from the same peer masks a lost reply: peer 0's own
-	// request, stamped later, tells peer 1 what the reply would have.
-	{"lamport", lose(KindReply, 0, 1), []probe{{1, blocks}, {2, blocks}, {0, proceeds}}},
-	{"lamport", partition, []probe{{0, blocks}, {2, blocks}}},
-
-	{"ricart-agrawala", crashIdle, []probe{{0, blocks}, {1, blocks}}},
-	{"ricart-agrawala", crashHolder, []probe{{1, blocks}, {2, blocks}}},
-	{"ricart-agrawala", lose(KindReply, 0, 1), []probe{{1, blocks}, {2, blocks}, {0, blocks}}},
-	{"ricart-agrawala", partition, []probe{{0, blocks}, {2, blocks}}},
-
-	{"ricart-agrawala-implicit", crashIdle, []probe{{0, blocks}, {1, blocks}}},
-	{"ricart-agrawala-implicit", crashHolder, []probe{{1, blocks}, {2, blocks}}},
-	// Here too: peer 0's younger request is its implicit permission.
-	{"ricart-agrawala-implicit", lose(KindReply, 0, 1), []probe{{1, blocks}, {2, blocks}, {0, proceeds}}},
-	{"ricart-agrawala-implicit", partition, []probe{{0, blocks}, {2, blocks}}},
-
-	// Grid voting sets for four peers: {0,1,2} {0,1,3} {0,2,3} {1,2,3}.
-	// Peer 0's set avoids peer 3; peer 1's request, stuck on peer 3's
-	// vote, then holds votes that peer 2 needs.
-	{"maekawa", crashIdle, []probe{{0, proceeds}, {1, blocks}, {2, blocks}}},
-	{"maekawa", crashHolder, []probe{{1, blocks}, {3, blocks}}},
-	{"maekawa", lose(KindLocked, 1, 0), []probe{{0, blocks}, {3, blocks}, {2, blocks}}},
-	{"maekawa", partition, []probe{{0, blocks}, {3, blocks}}},
-
-	{"suzuki-kasami", crashIdle, []probe{{0, proceeds}, {1, proceeds}, {2, proceeds}}},
-	{"suzuki-kasami", crashHolder, []probe{{1, blocks}, {2, blocks}}},
-	{"suzuki-kasami", lose(KindToken, 0, 1), []probe{{1, blocks}, {2, blocks}, {0, blocks}}},
-	{"suzuki-kasami", partition, []probe{{0, proceeds}, {1, proceeds}, {2, blocks}, {3, blocks}}},
-
-	// The ring goes on until the token must pass the crashed peer or the
-	// cut: peer 2 is reached from the resting place, peer 0, through 1
-	// alone; after peer 2's entry the token goes on to peer 3 and is lost.
-	{"token-ring", crashIdle, []probe{{2, proceeds}, {1, blocks}, {0, blocks}}},
-	{"token-ring", crashHolder, []probe{{1, blocks}, {2, blocks}}},
-	{"token-ring", lose(KindToken, 0, 1), []probe{{1, blocks}, {2, blocks}, {0, blocks}}},
-	{"token-ring", partition, []probe{{1, proceeds}, {0, blocks}, {2, blocks}}},
-
-	// Heap-ordered tree: 0 is the root, 1 and 2 its children, 3 under 1.
-	{"raymond", crashIdle, []probe{{0, proceeds}, {1, proceeds}, {2, proceeds}}},
-	{"raymond", crashHolder, []probe{{1, blocks}, {2, blocks}}},
-	{"raymond", lose(KindPrivilege, 0, 1), []probe{{1, blocks}, {2, blocks}, {0, blocks}}},
-	{"raymond", partition, []probe{{0, proceeds}, {1, proceeds}, {2, blocks}, {3, blocks}}},
-}
-
-// TestFailureSemantics injects each documented fault and checks the
-// documented outcome: which peers can still enter, which block until their
-// deadline, and that no two peers are ever inside at once.
-func TestFailureSemantics(t *testing.T) {
-	byName := map[string]variant{}
-	for _, v := range variants() {
-		byName[v.name] = v
+	small, _ := failureRows()
+	rows := map[string]failureRow{}
+	for _, r := range small {
+		rows[r.key()] = r
 	}
-	covered := map[string]bool{}
-	for _, tt := range failureSemantics {
-		v, ok := byName[tt.alg]
-		require.True(t, ok, "failureSemantics names no variant %q", tt.alg)
-		covered[tt.alg] = true
-		t.Run(tt.alg+"/"+tt.fault.name, func(t *testing.T) {
-			t.Parallel()
-			c := v.cluster(t, 4)
-			tt.fault.apply(t, c)
-			var g guard
-			for _, pr := range tt.probes {
-				p := c.Peer(pr.peer)
-				limit := 5 * time.Second
-				if pr.want == blocks {
-					limit = 150 * time.Millisecond
-				}
-				ctx, cancel := context.WithTimeout(context.Background(), limit)
-				err := p.LockContext(ctx)
-				cancel()
-				switch pr.want {
-				case proceeds:
-					require.NoError(t, err, "peer %d should still enter", pr.peer)
-					require.NoError(t, g.enter(pr.peer))
-					g.leave()
-					p.Unlock()
-				case blocks:
-					if err == nil {
-						p.Unlock()
-					}
-					require.ErrorIs(t, err, context.DeadlineExceeded, "peer %d should block", pr.peer)
-				}
+	crash := func(p int) func(t *testing.T, c *Cluster) {
+		return func(t *testing.T, c *Cluster) { require.NoError(t, c.Network().Crash(p)) }
+	}
+	for _, tt := range []struct {
+		row   string
+		peer  int
+		fault func(t *testing.T, c *Cluster)
+	}{
+		{"centralized | P2 crashes, idle", 1, crash(2)},
+		{"centralized | P0 crashes, idle", 1, crash(0)},
+		{"Ricart-Agrawala | P2 crashes, idle", 0, crash(2)},
+		{"Maekawa | P0 crashes, idle", 2, crash(0)},
+		{"Suzuki-Kasami | P2 crashes, idle", 1, crash(2)},
+		{"Raymond | P2 crashes, idle", 1, crash(2)},
+		{"Raymond | P0 crashes, idle", 1, crash(0)},
+		{"token ring | P0 crashes, idle", 1, crash(0)},
+	} {
+		t.Run(tt.row, func(t *testing.T) {
+			r, ok := rows[tt.row]
+			require.True(t, ok, "no row %q", tt.row)
+			want := strings.Fields(failureCells(t, r)[tt.peer])[0]
+			require.Contains(t, []string{"always", "never"}, want, "a cell a single run can show")
+			c, err := New(r.alg.alg, r.cfg.N, r.alg.opts...)
+			require.NoError(t, err)
+			defer func() { require.NoError(t, c.Close()) }()
+			tt.fault(t, c)
+			limit := 5 * time.Second
+			if want == "never" {
+				limit = 150 * time.Millisecond
 			}
+			ctx, cancel := context.WithTimeout(context.Background(), limit)
+			defer cancel()
+			err = c.Peer(tt.peer).LockContext(ctx)
+			if want == "always" {
+				require.NoError(t, err, "the table says P%d always enters", tt.peer)
+				c.Peer(tt.peer).Unlock()
+				return
+			}
+			if err == nil {
+				c.Peer(tt.peer).Unlock()
+			}
+			require.ErrorIs(t, err, context.DeadlineExceeded, "the table says P%d never enters", tt.peer)
 		})
 	}
-	for _, v := range variants() {
-		assert.True(t, covered[v.name], "%s has no rows in failureSemantics", v.name)
-	}
 }
 
-// TestPartitionHealDoesNotRecoverLostRequests shows that healing a
-// partition does not help a peer whose request was lost: the algorithms
-// never resend.
+// TestPartitionHealDoesNotRecoverLostRequests shows, on a running
+// centralized cluster, the computed cell "healed later: P2 always /
+// sometimes": a request lost to the partition is never resent, and a
+// request made after the heal is served.
 func TestPartitionHealDoesNotRecoverLostRequests(t *testing.T) {
 	c := variant{alg: Centralized}.cluster(t, 4)
 	require.NoError(t, c.Network().Partition([]int{0, 1}, []int{2, 3}))

@@ -36,67 +36,6 @@ func entered(s *Simulation, peer int) int {
 	return n
 }
 
-// TestSimulationFailureSemantics replays the failureSemantics table of
-// failures_test.go in the simulator: each fault, then each probe in
-// order, a Request and a Run. "proceeds" means Run served the probe's
-// request; "blocks" means Run reports the peer waiting for ever, with
-// ErrBlocked. Safety must hold throughout, under every delivery policy
-// and several seeds: the documented outcome does not depend on the
-// schedule.
-func TestSimulationFailureSemantics(t *testing.T) {
-	byName := map[string]variant{}
-	for _, v := range variants() {
-		byName[v.name] = v
-	}
-	covered := map[string]bool{}
-	seeds := []int64{0, 1, 2, 3, 4, 5, 6, 7}
-	if testing.Short() {
-		seeds = seeds[:3]
-	}
-	for _, tt := range failureSemantics {
-		v, ok := byName[tt.alg]
-		require.True(t, ok, "failureSemantics names no variant %q", tt.alg)
-		covered[tt.alg] = true
-		for _, d := range deliveries(v) {
-			for _, seed := range seeds {
-				if d == DeliverLockStep && seed > 0 {
-					continue // lock-step ignores the seed
-				}
-				t.Run(fmt.Sprintf("%s/%s/%v/seed=%d", tt.alg, tt.fault.name, d, seed), func(t *testing.T) {
-					s := simulation(t, v, 4, WithSeed(seed), WithDelivery(d))
-					tt.fault.sim(t, s)
-					for _, pr := range tt.probes {
-						before := entered(s, pr.peer)
-						require.NoError(t, s.Request(pr.peer))
-						err := s.Run()
-						require.NotErrorIs(t, err, ErrViolation, "safety must hold")
-						switch pr.want {
-						case proceeds:
-							if err != nil {
-								require.ErrorIs(t, err, ErrBlocked)
-							}
-							assert.NotContains(t, s.Waiting(), pr.peer, "peer %d should still enter", pr.peer)
-							assert.Greater(t, entered(s, pr.peer), before, "peer %d should still enter", pr.peer)
-						case blocks:
-							require.ErrorIs(t, err, ErrBlocked, "peer %d should block", pr.peer)
-							assert.Contains(t, s.Waiting(), pr.peer, "peer %d should block", pr.peer)
-							assert.Contains(t, err.Error(), fmt.Sprintf("peers %v wait forever", s.Waiting()))
-						}
-					}
-					if t.Failed() {
-						var b bytes.Buffer
-						require.NoError(t, s.WriteLog(&b))
-						t.Logf("replay:\n%s", b.String())
-					}
-				})
-			}
-		}
-	}
-	for _, v := range variants() {
-		assert.True(t, covered[v.name], "%s has no rows in failureSemantics", v.name)
-	}
-}
-
 // faultyRun runs a random workload with every kind of fault: seeded loss,
 // a crash, a partition and a heal. It returns the log, the Mermaid
 // diagram and the error that ended the run: nil, ErrBlocked, or for

@@ -139,10 +139,15 @@ type worldFaults struct {
 	deadInside []int      // peers that crashed inside the critical section
 
 	// Faults a checker may inject, as transitions.
-	crashLeft int  // crashes still allowed
-	crashWho  int  // the peer that may crash, or -1 for any
-	loseLeft  int  // losses of a message in flight still allowed
-	loseKind  Kind // the kind that may be lost; 0 for any
+	crashLeft int     // crashes still allowed
+	crashWho  int     // the peer that may crash, or -1 for any
+	crashIn   bool    // a peer may crash only inside the critical section
+	loseLeft  int     // losses of a message in flight still allowed
+	loseKind  Kind    // the kind that may be lost; 0 for any
+	partLeft  int     // partitions still allowed
+	partInto  [][]int // the groups such a partition cuts the network into
+	healLeft  int     // heals still allowed, once partitioned
+	parted    bool    // a partition transition was taken
 }
 
 // An envelope is a message in flight with its serial number.
@@ -157,23 +162,27 @@ type TransitionKind uint8
 // The transition kinds. Later kinds (a suspicion, a TryLock) are added at
 // the end, so that the letters of existing IDs never change.
 const (
-	TransRequest TransitionKind = iota + 1 // the peer asks for the critical section
-	TransDeliver                           // a message in flight reaches its receiver
-	TransLeave                             // the peer inside leaves the critical section
-	TransCrash                             // the peer crashes for good
-	TransLose                              // a message in flight is lost
-	TransTry                               // the peer tries the critical section, as TryLock does
+	TransRequest   TransitionKind = iota + 1 // the peer asks for the critical section
+	TransDeliver                             // a message in flight reaches its receiver
+	TransLeave                               // the peer inside leaves the critical section
+	TransCrash                               // the peer crashes for good
+	TransLose                                // a message in flight is lost
+	TransTry                                 // the peer tries the critical section, as TryLock does
+	TransPartition                           // the network splits into the checker's groups
+	TransHeal                                // the partition ends
 	numTransitionKinds
 )
 
 // transitionLetters are the first letters of transition IDs.
 var transitionLetters = [numTransitionKinds]byte{
-	TransRequest: 'r',
-	TransDeliver: 'd',
-	TransLeave:   'l',
-	TransCrash:   'c',
-	TransLose:    'x',
-	TransTry:     't',
+	TransRequest:   'r',
+	TransDeliver:   'd',
+	TransLeave:     'l',
+	TransCrash:     'c',
+	TransLose:      'x',
+	TransTry:       't',
+	TransPartition: 'p',
+	TransHeal:      'h',
 }
 
 // A Transition is one move a World can make. Its ID is stable and small,
@@ -195,6 +204,8 @@ func (t Transition) ID() string {
 	switch t.Kind {
 	case TransDeliver, TransLose:
 		return fmt.Sprintf("%c%d", transitionLetters[t.Kind], t.Seq)
+	case TransPartition, TransHeal:
+		return string(transitionLetters[t.Kind])
 	}
 	return fmt.Sprintf("%c%d", transitionLetters[t.Kind], t.Peer)
 }
@@ -215,6 +226,10 @@ func (t Transition) String() string {
 		return fmt.Sprintf("P%d crashes", t.Peer)
 	case TransLose:
 		return fmt.Sprintf("%s is lost", formatMessage(t.Msg, true))
+	case TransPartition:
+		return "the network splits"
+	case TransHeal:
+		return "the partition heals"
 	}
 	return fmt.Sprintf("Transition(%d)", uint8(t.Kind))
 }
@@ -559,10 +574,16 @@ func (w *World) appendTransitions(trs []Transition, faults bool) []Transition {
 	}
 	if w.f.crashLeft > 0 {
 		for p := range w.n {
-			if !w.isCrashed(p) && (w.f.crashWho < 0 || w.f.crashWho == p) {
+			if !w.isCrashed(p) && (w.f.crashWho < 0 || w.f.crashWho == p) && (!w.f.crashIn || w.peers[p].inside) {
 				trs = append(trs, Transition{Kind: TransCrash, Peer: p})
 			}
 		}
+	}
+	if w.f.partLeft > 0 {
+		trs = append(trs, Transition{Kind: TransPartition, Peer: -1})
+	}
+	if w.f.healLeft > 0 && w.f.group != nil {
+		trs = append(trs, Transition{Kind: TransHeal, Peer: -1})
 	}
 	if w.f.loseLeft > 0 {
 		lose := func(e envelope) {
@@ -660,6 +681,14 @@ func (w *World) apply(t Transition) (Step, error) {
 		w.f.loseLeft--
 		w.f.armed = true
 		w.lose(w.take(t.Msg.From, t.Msg.To, t.Seq))
+	case TransPartition:
+		w.f.partLeft--
+		w.f.parted = true
+		_ = w.partition(w.f.partInto) // the groups were checked by the checker
+	case TransHeal:
+		w.f.healLeft--
+		w.f.group = nil
+		w.record(Event{Kind: EventHeal, Peer: -1})
 	}
 	if w.err == nil {
 		w.err = w.checkTokens()
@@ -676,6 +705,10 @@ func (w *World) apply(t Transition) (Step, error) {
 
 // enabled reports whether t is enabled now.
 func (w *World) enabled(t Transition) bool {
+	switch t.Kind {
+	case TransPartition, TransHeal:
+		return slices.Contains(w.appendTransitions(nil, true), Transition{Kind: t.Kind, Peer: -1})
+	}
 	if t.Peer < 0 || t.Peer >= w.n {
 		return false
 	}
@@ -1072,10 +1105,10 @@ func (w *World) isCrashed(peer int) bool {
 	return w.f.crashed != nil && w.f.crashed[peer]
 }
 
-// faulted reports whether a fault has struck: a message lost or a peer
-// crashed.
+// faulted reports whether a fault has struck: a message lost, a peer
+// crashed, or a checker's partition.
 func (w *World) faulted() bool {
-	return w.f.lost > 0 || w.f.crashed != nil
+	return w.f.lost > 0 || w.f.crashed != nil || w.f.parted
 }
 
 // lostOnSend reports whether the network loses m as it is sent, in the
@@ -1285,6 +1318,8 @@ func (w *World) appendState(b []byte, scratch *[][]byte, sbuf *[]byte) []byte {
 	b = appendBool(b, w.faulted())
 	b = appendInt(b, w.f.crashLeft)
 	b = appendInt(b, w.f.loseLeft)
+	b = appendInt(b, w.f.partLeft)
+	b = appendInt(b, w.f.healLeft)
 	b = appendInts(b, w.f.deadInside)
 	if w.f.group != nil {
 		b = appendInts(b, w.f.group)

@@ -1,0 +1,378 @@
+package dmutex
+
+import (
+	"bytes"
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"text/tabwriter"
+
+	"github.com/stretchr/testify/require"
+)
+
+var updateDocs = flag.Bool("update", false, "rewrite the generated tables of README.md and doc.go (with -dmutex.big for every row)")
+
+// docUpdateCommand regenerates every generated table.
+const docUpdateCommand = "go test -run TestDocTables -update -dmutex.big ."
+
+// A docAlg is one row group of the generated tables: an algorithm and its
+// options.
+type docAlg struct {
+	name  string // as in the tables
+	alg   Algorithm
+	opts  []Option
+	kinds []Kind // the kinds of message it sends, each lost in a row
+}
+
+func docAlgs() []docAlg {
+	return []docAlg{
+		{"centralized", Centralized, nil, []Kind{KindRequest, KindGrant, KindRelease}},
+		{"Lamport", Lamport, nil, []Kind{KindRequest, KindReply, KindRelease}},
+		{"Ricart-Agrawala", RicartAgrawala, nil, []Kind{KindRequest, KindReply}},
+		{"… implicit replies", RicartAgrawala, []Option{WithImplicitReplies()}, []Kind{KindRequest, KindReply}},
+		{"Maekawa", Maekawa, nil, []Kind{KindRequest, KindLocked, KindInquire, KindFailed, KindRelinquish, KindRelease}},
+		{"Suzuki-Kasami", SuzukiKasami, nil, []Kind{KindRequest, KindToken}},
+		{"token ring", TokenRing, nil, []Kind{KindToken}},
+		{"Raymond", Raymond, nil, []Kind{KindRequest, KindPrivilege}},
+	}
+}
+
+// A failureRow is one fault injected into one algorithm's cluster, and
+// what each peer's requests after it come to.
+type failureRow struct {
+	alg   docAlg
+	fault string // for people
+	cfg   CheckConfig
+	// in selects the states after the fault: after the heal for a
+	// partition that heals.
+	healed bool
+	big    bool  // computed only with -dmutex.big
+	show   []int // the peers shown; nil for all
+}
+
+func (r failureRow) key() string { return r.alg.name + " | " + r.fault }
+
+// failureRows lists the crash and loss scenarios (n = 3, one request
+// per peer) and the partition ones (n = 4).
+func failureRows() (small, part []failureRow) {
+	for _, a := range docAlgs() {
+		base := CheckConfig{Algorithm: a.alg, N: 3, Requests: 1, Options: a.opts, Network: NetworkFIFO}
+		idle := func(p int) failureRow {
+			cfg := base
+			cfg.RequestsPerPeer = []int{1, 1, 1}
+			cfg.RequestsPerPeer[p] = 0
+			cfg.Faults = CheckFaults{Crash: true, CrashPeer: p}
+			return failureRow{alg: a, fault: fmt.Sprintf("P%d crashes, idle", p), cfg: cfg}
+		}
+		small = append(small, idle(0), idle(2))
+		cfg := base
+		cfg.Faults = CheckFaults{Crash: true, CrashPeer: AnyPeer, CrashInside: true}
+		small = append(small, failureRow{alg: a, fault: "the holder crashes", cfg: cfg, big: a.alg == Lamport})
+		for _, k := range a.kinds {
+			cfg := base
+			cfg.Faults = CheckFaults{Lose: true, LoseKind: k}
+			label := "lost " + k.String()
+			small = append(small, failureRow{alg: a, fault: label, cfg: cfg,
+				big: a.alg == Lamport && k != KindRequest})
+		}
+		// One peer of each side asks; with four requests the spaces of
+		// the permission algorithms run into millions of states.
+		cfg = base
+		cfg.N = 4
+		cfg.RequestsPerPeer = []int{1, 0, 1, 0}
+		cfg.Faults = CheckFaults{Partition: [][]int{{0, 1}, {2, 3}}}
+		part = append(part, failureRow{alg: a, fault: "for good", cfg: cfg, show: []int{0, 2}, big: a.alg == Lamport})
+		cfg.Faults.Heal = true
+		part = append(part, failureRow{alg: a, fault: "healed later", cfg: cfg, show: []int{0, 2}, healed: true, big: a.alg == Lamport})
+	}
+	return small, part
+}
+
+// failureCells computes one row: a cell per peer.
+func failureCells(t testing.TB, r failureRow) []string {
+	c, err := newChecker(r.cfg)
+	require.NoError(t, err, r.key())
+	require.NoError(t, c.explore(context.Background()), r.key())
+	cells := make([]string, r.cfg.N)
+	if !c.res.Safe {
+		for i := range cells {
+			cells[i] = "unsafe"
+		}
+		return cells
+	}
+	require.True(t, c.res.Complete, "%s: incomplete after %d states", r.key(), c.res.States)
+	flag := stFaulted
+	if r.healed {
+		flag = stHealed
+	}
+	in := func(s int32) bool { return c.info[s].flags&flag != 0 }
+	struck := false
+	for s := range int32(len(c.info)) {
+		struck = struck || in(s)
+	}
+	if !struck {
+		for i := range cells {
+			cells[i] = "not sent"
+		}
+		return cells
+	}
+	fresh, all := c.afterFault(in)
+	for p := range cells {
+		switch {
+		case r.cfg.Faults.Crash && r.cfg.Faults.CrashPeer == p:
+			cells[p] = "crashed"
+		case fresh[p] == all[p]:
+			cells[p] = fresh[p].String()
+		default:
+			cells[p] = fresh[p].String() + " / " + all[p].String()
+		}
+	}
+	return cells
+}
+
+// failureTable renders rows as a Markdown table (md) or as text for
+// doc.go. old holds the rows of the current table by key, used for the
+// big rows when they are not computed.
+func failureTable(t testing.TB, rows []failureRow, md bool, old map[string]string, big bool) string {
+	show := rows[0].show
+	if show == nil {
+		for p := range rows[0].cfg.N {
+			show = append(show, p)
+		}
+	}
+	n := len(show)
+	head := []string{"algorithm", "fault"}
+	for _, p := range show {
+		head = append(head, fmt.Sprintf("P%d", p))
+	}
+	var lines [][]string
+	for _, r := range rows {
+		var cells []string
+		if r.big && !big {
+			if line, ok := old[r.key()]; ok {
+				lines = append(lines, strings.Split(line, "\x00"))
+				continue
+			}
+			cells = make([]string, n)
+			for i := range cells {
+				cells[i] = "(not computed)"
+			}
+		} else {
+			all := failureCells(t, r)
+			for _, p := range show {
+				cells = append(cells, all[p])
+			}
+		}
+		lines = append(lines, append([]string{r.alg.name, r.fault}, cells...))
+	}
+	var b bytes.Buffer
+	if md {
+		b.WriteString("| " + strings.Join(head, " | ") + " |\n")
+		b.WriteString(strings.Repeat("| --- ", len(head)) + "|\n")
+		for _, l := range lines {
+			b.WriteString("| " + strings.Join(l, " | ") + " |\n")
+		}
+		return b.String()
+	}
+	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, strings.Join(head, "\t"))
+	for _, l := range lines {
+		fmt.Fprintln(tw, strings.Join(l, "\t"))
+	}
+	require.NoError(t, tw.Flush())
+	return b.String()
+}
+
+// oldRows reads the rows of a generated table back, by key.
+func oldRows(section string, md bool) map[string]string {
+	rows := map[string]string{}
+	for _, line := range strings.Split(section, "\n") {
+		var cells []string
+		if md {
+			if !strings.HasPrefix(line, "| ") {
+				continue
+			}
+			cells = strings.Split(strings.Trim(line, "| "), " | ")
+		} else {
+			cells = strings.Fields(line) // not used for doc.go: see docText
+		}
+		if len(cells) > 2 {
+			rows[cells[0]+" | "+cells[1]] = strings.Join(cells, "\x00")
+		}
+	}
+	return rows
+}
+
+// section returns the text of file between the markers of name.
+func section(t testing.TB, text, begin, end string) (before, body, after string) {
+	i := strings.Index(text, begin)
+	j := strings.Index(text, end)
+	require.True(t, i >= 0 && j > i, "markers %q and %q not found", begin, end)
+	i += len(begin)
+	return text[:i], text[i:j], text[j:]
+}
+
+// docFile is one file with generated sections.
+type docFile struct {
+	path string
+	text string
+	orig string
+}
+
+func readDoc(t testing.TB, path string) *docFile {
+	b, err := os.ReadFile(path)
+	require.NoError(t, err)
+	return &docFile{path: path, text: string(b), orig: string(b)}
+}
+
+// replace sets the section between the markers of name to body, and
+// returns the old body.
+func (f *docFile) replace(t testing.TB, begin, end, body string) string {
+	before, old, after := section(t, f.text, begin, end)
+	f.text = before + body + after
+	return old
+}
+
+func (f *docFile) finish(t *testing.T) {
+	if f.text == f.orig {
+		return
+	}
+	if *updateDocs {
+		require.NoError(t, os.WriteFile(f.path, []byte(f.text), 0o644))
+		return
+	}
+	t.Errorf("%s: the generated tables differ from what the code computes now; run\n\t%s\n%s",
+		f.path, docUpdateCommand, firstDiff(f.orig, f.text))
+}
+
+// firstDiff shows the first line that differs.
+func firstDiff(a, b string) string {
+	al, bl := strings.Split(a, "\n"), strings.Split(b, "\n")
+	for i := range min(len(al), len(bl)) {
+		if al[i] != bl[i] {
+			return fmt.Sprintf("line %d:\n\thave %s\n\twant %s", i+1, al[i], bl[i])
+		}
+	}
+	return fmt.Sprintf("lengths differ: %d and %d lines", len(al), len(bl))
+}
+
+// goComment turns text into doc-comment lines, indented as a code block.
+func goComment(text string) string {
+	var b strings.Builder
+	for _, line := range strings.Split(strings.TrimRight(text, "\n"), "\n") {
+		b.WriteString("//\t" + strings.TrimRight(line, " ") + "\n")
+	}
+	return b.String()
+}
+
+// TestDocTables computes the generated tables of README.md and doc.go
+// and fails when the files differ; -update rewrites them. Without
+// -dmutex.big, the rows marked big (Lamport's, and the partitions of the
+// algorithms whose n = 4 spaces are large) are kept as they are.
+func TestDocTables(t *testing.T) {
+	if testing.Short() {
+		t.Skip("model checks; not in -short")
+	}
+	readme := readDoc(t, "README.md")
+	doc := readDoc(t, "doc.go")
+	small, part := failureRows()
+	for _, tb := range []struct {
+		name       string
+		rows       []failureRow
+		begin, end string // the section in doc.go
+	}{
+		{"failure-table", small, "(the failure table):\n//\n", "//\n// Partitions, four peers"},
+		{"partition-table", part, "(the partition table):\n//\n", "//\n// Each cell"},
+	} {
+		begin, end := "<!-- BEGIN "+tb.name+" -->\n", "<!-- END "+tb.name+" -->"
+		_, oldMD, _ := section(t, readme.text, begin, end)
+		old := oldRows(oldMD, true)
+		md := failureTable(t, tb.rows, true, old, *bigChecks)
+		readme.replace(t, begin, end, md)
+		// doc.go shows the same rows, taken from the Markdown.
+		doc.replace(t, tb.begin, tb.end, goComment(mdToText(t, md)))
+	}
+	readme.finish(t)
+	doc.finish(t)
+}
+
+// mdToText lays a Markdown table out as aligned text.
+func mdToText(t testing.TB, md string) string {
+	var b bytes.Buffer
+	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
+	for i, line := range strings.Split(strings.TrimSpace(md), "\n") {
+		if i == 1 {
+			continue // the rule
+		}
+		fmt.Fprintln(tw, strings.Join(strings.Split(strings.Trim(line, "| "), " | "), "\t"))
+	}
+	require.NoError(t, tw.Flush())
+	return b.String()
+}
+
+// TestCheckPartitionAndHoldFaults pins the faults the failure table
+// needs: a partition that may heal, and a crash inside only.
+func TestCheckPartitionAndHoldFaults(t *testing.T) {
+	ctx := context.Background()
+	for _, f := range []CheckFaults{
+		{Heal: true},
+		{Partition: [][]int{{0, 3}}},
+		{Partition: [][]int{{0, 1}, {1}}},
+	} {
+		_, err := Check(ctx, CheckConfig{Algorithm: Centralized, N: 3, Faults: f})
+		require.ErrorIs(t, err, ErrInvalidConfig, "%+v", f)
+	}
+	cfg := CheckConfig{Algorithm: Centralized, N: 3, Faults: CheckFaults{Partition: [][]int{{0}}, Heal: true}}
+	res, err := Check(ctx, cfg)
+	require.NoError(t, err)
+	require.True(t, res.Safe)
+	require.NotZero(t, res.Blocked, "a partition that never heals leaves a request stuck")
+	require.Equal(t, "partition {0} then heal", res.Faults)
+
+	c, err := newChecker(cfg)
+	require.NoError(t, err)
+	w, err := c.startWorld(true)
+	require.NoError(t, err)
+	_, ok := w.Find("h")
+	require.False(t, ok, "no heal before the partition")
+	p, ok := w.Find("p")
+	require.True(t, ok)
+	st, err := w.Apply(p)
+	require.NoError(t, err)
+	require.Equal(t, "the network splits", st.String())
+	_, ok = w.Find("p")
+	require.False(t, ok, "one partition only")
+	h, ok := w.Find("h")
+	require.True(t, ok)
+	_, err = w.Apply(h)
+	require.NoError(t, err)
+	require.True(t, w.faulted())
+
+	// A crash inside only: no crash is enabled while nobody is inside.
+	c, err = newChecker(CheckConfig{Algorithm: Centralized, N: 2, Faults: CheckFaults{Crash: true, CrashPeer: AnyPeer, CrashInside: true}})
+	require.NoError(t, err)
+	w, err = c.startWorld(true)
+	require.NoError(t, err)
+	for _, tr := range w.Transitions() {
+		require.NotEqual(t, TransCrash, tr.Kind)
+	}
+	inside := func() int {
+		for p := range 2 {
+			if w.Peer(p).Inside {
+				return p
+			}
+		}
+		return -1
+	}
+	for inside() < 0 {
+		trs := w.Transitions()
+		require.NotEmpty(t, trs)
+		_, err = w.Apply(trs[len(trs)-1]) // deliveries come last
+		require.NoError(t, err)
+	}
+	_, ok = w.Find(fmt.Sprintf("c%d", inside()))
+	require.True(t, ok, "the holder may crash")
+}
