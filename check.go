@@ -60,18 +60,18 @@ type CheckFaults struct {
 	Lose        bool // one message in flight may be lost
 	LoseKind    Kind // with Lose: the kind of message that may be lost; 0 for any
 
-	// Partition, if not empty, lets the network split once into these
-	// groups of peers (peers named in none form one more group): the
-	// messages in flight between groups are lost, and so is every
-	// message sent between them until a heal. Heal lets the partition
-	// end once, at any later point; what it dropped stays lost.
-	Partition [][]int
+	// Partition, if not zero, lets the network split once into two
+	// groups, the peers whose bits are set (peer p is bit 1<<p) and the
+	// others: the messages in flight between them are lost, and so is
+	// every message sent between them until a heal. Heal lets the
+	// partition end once, at any later point; what it dropped stays lost.
+	Partition uint64
 	Heal      bool
 }
 
 // zero reports whether f injects no fault.
 func (f CheckFaults) zero() bool {
-	return !f.Crash && !f.Lose && len(f.Partition) == 0
+	return !f.Crash && !f.Lose && f.Partition == 0
 }
 
 func (f CheckFaults) String() string {
@@ -93,12 +93,14 @@ func (f CheckFaults) String() string {
 			parts = append(parts, "lose "+f.LoseKind.String())
 		}
 	}
-	if len(f.Partition) > 0 {
-		var gs []string
-		for _, g := range f.Partition {
-			gs = append(gs, strings.Trim(strings.ReplaceAll(fmt.Sprint(g), " ", ","), "[]"))
+	if f.Partition != 0 {
+		var in []string
+		for p := range 64 {
+			if f.Partition&(1<<p) != 0 {
+				in = append(in, itoa(p))
+			}
 		}
-		p := "partition {" + strings.Join(gs, "}|{") + "}"
+		p := "partition {" + strings.Join(in, ",") + "}|rest"
 		if f.Heal {
 			p += " then heal"
 		}
@@ -400,18 +402,10 @@ func newChecker(cc CheckConfig) (*checker, error) {
 	if f := cc.Faults; f.Crash && (f.CrashPeer < AnyPeer || f.CrashPeer >= cc.N) {
 		return nil, fmt.Errorf("%w: crash of peer %d out of range [0, %d)", ErrInvalidConfig, f.CrashPeer, cc.N)
 	}
-	if f := cc.Faults; len(f.Partition) > 0 {
-		seen := make([]bool, cc.N)
-		for _, g := range f.Partition {
-			for _, p := range g {
-				if p < 0 || p >= cc.N || seen[p] {
-					return nil, fmt.Errorf("%w: partition %v: peer %d out of range [0, %d) or named twice", ErrInvalidConfig, f.Partition, p, cc.N)
-				}
-				seen[p] = true
-			}
-		}
+	if f := cc.Faults; f.Partition != 0 && (cc.N >= 64 || f.Partition>>uint(cc.N) != 0) {
+		return nil, fmt.Errorf("%w: partition %#x names a peer out of range [0, %d)", ErrInvalidConfig, f.Partition, cc.N)
 	}
-	if f := cc.Faults; f.Heal && len(f.Partition) == 0 {
+	if f := cc.Faults; f.Heal && f.Partition == 0 {
 		return nil, fmt.Errorf("%w: heal without a partition", ErrInvalidConfig)
 	}
 	if f := cc.Faults; f.Lose && f.LoseKind != 0 && !f.LoseKind.Valid() {
@@ -471,8 +465,14 @@ func (c *checker) startWorld(trace bool) (*World, error) {
 	if f := c.cc.Faults; f.Crash {
 		w.f.crashLeft, w.f.crashWho, w.f.crashIn = 1, f.CrashPeer, f.CrashInside
 	}
-	if f := c.cc.Faults; len(f.Partition) > 0 {
-		w.f.partLeft, w.f.partInto = 1, f.Partition
+	if f := c.cc.Faults; f.Partition != 0 {
+		var side []int
+		for p := range c.cc.N {
+			if f.Partition&(1<<uint(p)) != 0 {
+				side = append(side, p)
+			}
+		}
+		w.f.partLeft, w.f.partInto = 1, [][]int{side}
 		if f.Heal {
 			w.f.healLeft = 1
 		}
