@@ -158,6 +158,7 @@ func TestModelCheck(t *testing.T) {
 			w, err := NewWorld(cc.v.alg, cc.n, cc.v.opts...)
 			require.NoError(t, err)
 			assert.Equal(t, exp.order, w.order, "the order the world holds the machines to")
+			checkStateCell(t, cc, res)
 			t.Logf("%s: %d states, %d transitions, max overtakes %d, %.2fs (%.0f states/s)", cc.name(), res.States, res.Transitions,
 				res.MaxOvertakes, res.Seconds, float64(res.States)/res.Seconds)
 		})

@@ -26,15 +26,19 @@
 //	Lamport                    permission  3(n-1)                  FIFO          CACM 1978
 //	RicartAgrawala             permission  2(n-1)                  any           CACM 1981
 //	  WithImplicitReplies      permission  2(n-1); k(n-1)+k(k-1)/2+k(n-k) for k contenders
-//	Maekawa                    permission  3(K-1), K ≈ √n          FIFO          ACM TOCS 1985
+//	Maekawa                    permission  3(K-1), K ≤ 2⌈√n⌉-1     FIFO          ACM TOCS 1985
 //	SuzukiKasami               token       0 if held, else n       any           ACM TOCS 1985
 //	TokenRing                  token       1 hop at full load      any           -
-//	Raymond                    token       ≤ 2 × tree depth        any           ACM TOCS 1989
+//	Raymond                    token       2 × tree distance       any           ACM TOCS 1989
 //
 // Each constructor's doc comment ([NewCentralized], [NewLamport],
 // [NewRicartAgrawala], [NewMaekawa], [NewSuzukiKasami], [NewTokenRing],
 // [NewRaymond], or [New] with an [Algorithm]) states its paper, channel
-// assumption, message cost, fairness and failure behaviour.
+// assumption, message cost, fairness and failure behaviour. [NewMaekawa]'s also
+// explains this project's repair of Maekawa's deadlock handling: the
+// paper's FAILED rule deadlocks with four peers on the grid sets (the
+// variant maekawa-textbook-failed), and the machine also sends FAILED to
+// a queued request that a better one displaces.
 //
 // # Choosing one
 //
@@ -42,12 +46,13 @@
 // coordinator is a single point of failure: that is what a lock server is.
 // Ricart-Agrawala is the classic fully distributed algorithm; Lamport's
 // costs a third more but shows the replicated-queue idea. Maekawa trades
-// messages for √n-sized quorums. Token algorithms cost nothing while the
+// messages for smaller quorums: 2⌈√n⌉-1 peers at most on the grid, about
+// √n on a projective plane. Token algorithms cost nothing while the
 // token stays with one busy peer and pay to fetch it otherwise; Raymond's
 // tree makes fetching O(log n). None of them tolerates a crash: they
 // assume reliable peers and channels, and each blocks when a peer or a
 // message is lost; none then lets two peers in, except Lamport's after a
-// lost request (see Failures). See each constructor.
+// lost request, which a healed partition can cause too (see Failures). See each constructor.
 //
 // # Architecture
 //

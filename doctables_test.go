@@ -295,8 +295,64 @@ func TestDocTables(t *testing.T) {
 		// doc.go shows the same rows, taken from the Markdown.
 		doc.replace(t, tb.begin, tb.end, goComment(mdToText(t, md)))
 	}
+	if *updateDocs {
+		old := readStateTable(t, readme.text)
+		readme.replace(t, "<!-- BEGIN state-table -->\n", "<!-- END state-table -->", stateTable(t, old, *bigChecks))
+	}
+	readme.replace(t, "<!-- BEGIN cost-notes -->\n", "<!-- END cost-notes -->", computeDocNumbers(t).costNotes())
+	_, oldTrace, _ := section(t, readme.text, "<!-- BEGIN maekawa-trace -->\n", "<!-- END maekawa-trace -->")
+	readme.replace(t, "<!-- BEGIN maekawa-trace -->\n", "<!-- END maekawa-trace -->", maekawaTrace(t, oldTrace, *bigChecks))
 	readme.finish(t)
 	doc.finish(t)
+}
+
+// maekawaTrace is the README's trace of the textbook FAILED rule's
+// deadlock with four peers: found by Check with -dmutex.big (283k states,
+// too slow under -race), otherwise the README's trace replayed step by
+// step through the variant's world, which must end in that deadlock.
+func maekawaTrace(t testing.TB, old string, big bool) string {
+	const variant = "maekawa-textbook-failed"
+	var lines []string
+	if big || strings.TrimSpace(old) == "" {
+		res, err := Check(context.Background(), CheckConfig{Variant: variant, StopAtDeadlock: true})
+		require.NoError(t, err)
+		require.NotNil(t, res.Violation)
+		require.Equal(t, "deadlock", res.Violation.Property)
+		lines = res.Violation.Trace
+	} else {
+		for _, l := range strings.Split(strings.TrimSpace(old), "\n") {
+			if l = strings.TrimSpace(l); l != "" && !strings.HasPrefix(l, "`") {
+				_, step, _ := strings.Cut(l, " ")
+				lines = append(lines, step)
+			}
+		}
+	}
+	c, err := newChecker(CheckConfig{Variant: variant})
+	require.NoError(t, err)
+	w, err := c.startWorld(true)
+	require.NoError(t, err)
+	require.Equal(t, 4, w.N(), "the textbook rule deadlocks with four peers")
+	for i, line := range lines {
+		found := false
+		for _, tr := range w.Transitions() {
+			next := w.Clone()
+			if st, err := next.Apply(tr); err == nil && st.String() == line {
+				w, found = next, true
+				break
+			}
+		}
+		require.True(t, found, "step %d, %q, does not replay", i+1, line)
+	}
+	require.True(t, w.quiet(), "the trace ends with nothing left to do")
+	require.ErrorIs(t, w.finalCheck(), ErrViolation)
+	require.Contains(t, w.Err().Error(), "deadlock")
+	var b strings.Builder
+	b.WriteString("```\n")
+	for i, l := range lines {
+		fmt.Fprintf(&b, "%3d %s\n", i+1, l)
+	}
+	b.WriteString("```\n")
+	return b.String()
 }
 
 // mdToText lays a Markdown table out as aligned text.

@@ -31,9 +31,38 @@ import (
 // timestamp of the request it concerns, and a stale one is ignored. A
 // peer's vote for itself is local and costs no message.
 //
+// The repair. Maekawa's paper sends FAILED only to a request as it
+// arrives at a voter whose grant or queue holds a better one. That rule
+// deadlocks with four peers on the default grid sets {0,1,2} {0,1,3}
+// {0,2,3} {1,2,3}, one request each (the variant maekawa-textbook-failed;
+// the README shows the checker's trace): a request queued behind a worse
+// grant gets no FAILED, a better request then overtakes it in the queue
+// and wins the vote, and the displaced request, which holds another
+// voter's vote, keeps that voter's INQUIRE for ever, since it has heard no
+// FAILED. This machine also sends FAILED to a queued request that a
+// better one displaces. Why that is deadlock-free, over FIFO channels:
+// suppose a state with requests waiting, nobody inside and nothing in
+// flight, and take the best waiting request R. A voter of R that has not
+// voted for R has voted for a worse request Y, and asked Y for the vote
+// back when R arrived. Y waits, so a voter of Y votes for some Z. If Z is
+// better than Y, Y has heard FAILED from that voter (as it arrived, or
+// when Z displaced it), or gave that voter's vote back before and waits
+// for it again; either way Y answers the INQUIRE with RELINQUISH, and the
+// state was not stuck. Otherwise Z is worse than Y and Y's arrival there sent Z an
+// INQUIRE; repeat with Z. Priorities only get worse along that chain, so
+// it ends at a request that has heard FAILED and holds an INQUIRE: it
+// relinquishes, a contradiction. B. A. Sanders, "The information
+// structure of distributed mutual exclusion algorithms", ACM TOCS 5(3),
+// 1987, generalizes Maekawa's algorithm and revisited its deadlock
+// handling. New here are only the displacement rule stated as a rule,
+// the four-peer counterexample found by the checker, and the exhaustive
+// checks of small clusters; the argument above is an informal proof, not
+// a mechanized one.
+//
 // Cost: 3(K-1) messages per entry with one entry at a time, for a voting
 // set of size K (request, locked and release to each other member): K = 3
-// for n = 7, 4 for 13, 6 for 31, at most 2⌈√n⌉-1 on the grid. Contention
+// for n = 7, 4 for 13, 6 for 31 (projective planes, q+1), at most
+// 2⌈√n⌉-1 on the grid. Contention
 // adds FAILED, INQUIRE and RELINQUISH messages, and a second LOCKED for
 // every vote given back. The literature puts contention at 5(K-1) to
 // 6(K-1) per entry, with no firm bound; with every peer contending on the
@@ -56,11 +85,12 @@ import (
 // (timestamp, id) order: a younger request whose voters are idle can enter
 // before an older one still collecting votes elsewhere. Failures: assumes
 // reliable peers and channels. A crashed peer blocks every requester
-// whose voting set contains it, and a vote it held blocks that voter's
-// other requesters too; a lost message blocks its requester, and a
-// partition blocks every requester whose set spans it. Peers whose sets
-// avoid the failure keep working, and none of these lets two peers in at
-// once.
+// whose voting set contains it; a request that waits on it keeps the
+// votes it has, so peers whose sets avoid the crashed one are blocked too
+// once their requests meet a stuck one (they enter only sometimes). A
+// crashed holder blocks everyone. The package documentation's failure
+// table, computed by the checker, has every case; none lets two peers in
+// at once.
 //
 // TryLock sends a try, stamped as a request, to the voting set. A voter
 // whose vote is free gives it (LOCKED) and asks nothing back for it; a

@@ -12,8 +12,9 @@ import "fmt"
 // since the start, so the peer it is at is always TS mod n, and, in Ref,
 // how many peers in a row have passed it on unused.
 //
-// Idle policy: a classical ring passes the token forever, which would spin
-// a CPU in an idle cluster. Here the token rests at the peer where it
+// Idle policy: the rings of the textbooks pass the token for ever, which
+// would spin a CPU in an idle cluster. This ring departs from them: the
+// token rests at the peer where it
 // completes a full lap that nobody used: it carries the number of peers in
 // a row that did not want it, and the n-th such peer keeps it.
 // From the hop count and the idle count of its own last pass, every peer
@@ -28,10 +29,12 @@ import "fmt"
 // nothing at all once the token rests.
 //
 // Cost: at full load, when every peer wants the critical section, each
-// entry costs one hop. At light load, one requester at a time, an entry
-// costs at most one wake, the hops from the resting place to the
-// requester, and the idle lap of n hops after the release: n+2 when the
-// requester follows its predecessor on the ring, at most 2n. A request
+// entry costs one hop. At light load, one requester at a time, waking the
+// resting token costs one wake message, then the d hops from the resting
+// peer to the requester, and the idle lap of n hops after the release:
+// n+1+d messages for d >= 1, n+2 when the requester follows its
+// predecessor on the ring, at most 2n; the resting peer itself pays only
+// the lap, n (the simulator measures these, TestDocNumbers). A request
 // made while the lap is still going is served by that lap, at a lower
 // cost. A lone requester waits for up to n-1 hops, plus the wake. Channels
 // may reorder messages; hop numbers tell current wakes from stale ones.

@@ -44,11 +44,11 @@ type theory struct {
 // here is still measured, with "?" in its place.
 var theories = map[string]theory{
 	"centralized":     {"3, 0 at peer 0", func(n float64) float64 { return 3 * (n - 1) / n }, ""},
-	"token-ring":      {"at most 2N; 1 at full load", nil, ""},
+	"token-ring":      {"N+1+d from rest; 1 at full load", nil, ""},
 	"lamport":         {"3(N-1)", func(n float64) float64 { return 3 * (n - 1) }, ""},
 	"ricart-agrawala": {"2(N-1)", func(n float64) float64 { return 2 * (n - 1) }, ""},
 	implicitName:      {"2(N-1)", func(n float64) float64 { return 2 * (n - 1) }, "; all ask: 1.5(N-1)"},
-	"maekawa":         {"3(K-1) to 5(K-1), K~2sqrt(N)", nil, ""},
+	"maekawa":         {"3(K-1), K <= 2ceil(sqrt N)-1", nil, ""},
 	"suzuki-kasami":   {"N, 0 at the holder", func(n float64) float64 { return min(n, 2*(n-1)) }, ""},
 	"raymond":         {"2d, d = tree distance, O(log N)", nil, ""},
 }

@@ -1,0 +1,132 @@
+package dmutex
+
+import (
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// The README's table of model-checking state counts ("Checked in every
+// delivery order"): one row per algorithm, a cell per configuration of
+// checkCases with n = 3, each "states (max overtakes)". TestDocTables
+// -update writes it from Check; TestModelCheck compares every case it
+// runs against its cell, so that CI checks it without a second search.
+
+// stateRowName is the row of v in the state table.
+func stateRowName(v variant) string {
+	for _, a := range docAlgs() {
+		if a.alg == v.alg && (len(a.opts) > 0) == (len(v.opts) > 0) {
+			return a.name
+		}
+	}
+	return v.name
+}
+
+// stateCol is the column of a case: r = 1 or 2, FIFO or unordered.
+func stateCol(cc checkCase) int {
+	c := 2 * (cc.requests - 1)
+	if cc.net == NetworkUnordered {
+		c++
+	}
+	return c
+}
+
+var stateHead = []string{"algorithm", "r = 1, FIFO", "r = 1, unordered", "r = 2, FIFO", "r = 2, unordered"}
+
+func stateCell(res CheckResult) string {
+	cell := commas(res.States)
+	if res.Liveness {
+		cell += fmt.Sprintf(" (%d)", res.MaxOvertakes)
+	}
+	return cell
+}
+
+// commas writes n with thousands separators.
+func commas(n int) string {
+	s := fmt.Sprint(n)
+	for i := len(s) - 3; i > 0; i -= 3 {
+		s = s[:i] + "," + s[i:]
+	}
+	return s
+}
+
+// readStateTable parses the README's state table: row name, column, cell.
+func readStateTable(t testing.TB, text string) map[string][]string {
+	_, body, _ := section(t, text, "<!-- BEGIN state-table -->\n", "<!-- END state-table -->")
+	rows := map[string][]string{}
+	for i, line := range strings.Split(strings.TrimSpace(body), "\n") {
+		if i < 2 {
+			continue
+		}
+		cells := strings.Split(strings.Trim(line, "| "), " | ")
+		rows[cells[0]] = cells[1:]
+	}
+	return rows
+}
+
+// stateTable computes the table; cases it does not run (big ones without
+// -dmutex.big) keep their old cells.
+func stateTable(t testing.TB, old map[string][]string, big bool) string {
+	var order []string
+	rows := map[string][]string{}
+	for _, cc := range checkCases() {
+		if cc.n != 3 || cc.requests > 2 {
+			continue
+		}
+		name := stateRowName(cc.v)
+		if rows[name] == nil {
+			order = append(order, name)
+			rows[name] = []string{"— (needs FIFO)", "— (needs FIFO)", "— (needs FIFO)", "— (needs FIFO)"}
+			for i := range rows[name] {
+				if cc.v.alg != Lamport && cc.v.alg != Maekawa {
+					rows[name][i] = "—"
+				}
+			}
+		}
+		col := stateCol(cc)
+		// Lamport with two requests (tens of millions of states) is never
+		// run here; the other big cases with -dmutex.big.
+		if cc.big && (!big || cc.v.alg == Lamport) {
+			if o := old[name]; len(o) > col {
+				rows[name][col] = o[col]
+			} else {
+				rows[name][col] = "(not computed)"
+			}
+			continue
+		}
+		res := mustCheck(t, CheckConfig{Algorithm: cc.v.alg, Options: cc.v.opts, N: cc.n, Requests: cc.requests,
+			Network: cc.net, MaxStates: -1, SafetyOnly: cc.v.alg == Lamport && cc.requests == 2})
+		require.True(t, res.Complete && res.Safe && res.DeadlockFree, cc.name())
+		rows[name][col] = stateCell(res)
+	}
+	var b strings.Builder
+	b.WriteString("| " + strings.Join(stateHead, " | ") + " |\n")
+	b.WriteString(strings.Repeat("| --- ", len(stateHead)) + "|\n")
+	for _, name := range order {
+		b.WriteString("| " + name + " | " + strings.Join(rows[name], " | ") + " |\n")
+	}
+	return b.String()
+}
+
+// checkStateCell fails t when the README's cell for cc differs from res.
+func checkStateCell(t *testing.T, cc checkCase, res CheckResult) {
+	if cc.n != 3 || cc.requests > 2 {
+		return
+	}
+	b, err := os.ReadFile("README.md")
+	require.NoError(t, err)
+	row := readStateTable(t, string(b))[stateRowName(cc.v)]
+	require.Greater(t, len(row), stateCol(cc), "README's state table has no cell for %s; run\n\t%s", cc.name(), docUpdateCommand)
+	want := row[stateCol(cc)]
+	if strings.Contains(want, "`") {
+		return // a case the table does not count
+	}
+	have := stateCell(res)
+	if !res.Liveness { // only the state count was computed
+		want, _, _ = strings.Cut(want, " (")
+	}
+	require.Equal(t, want, have, "README's state table, %s; run\n\t%s", cc.name(), docUpdateCommand)
+}
