@@ -140,7 +140,7 @@ func TestDocNumbers(t *testing.T) {
 	d := computeDocNumbers(t)
 	for file, phrases := range map[string][]string{
 		"tokenring.go": {"n+1+d messages", "textbooks"},
-		"raymond.go":   {"2d messages for distance d, at most twice the tree's diameter"},
+		"raymond.go":   {"2d messages for distance d, at most twice the tree's diameter (at most 4⌊log2 n⌋ on the default tree)"},
 		"maekawa.go":   {"four peers", "at most 2⌈√n⌉-1 on the grid", "Sanders"},
 		"doc.go":       {"2 × tree distance", "3(K-1), K ≤ 2⌈√n⌉-1"},
 	} {
@@ -152,4 +152,19 @@ func TestDocNumbers(t *testing.T) {
 		}
 	}
 	require.Equal(t, 12, d.raymondMost, "the figure issue 11 quotes")
+	// Twice the default tree's diameter is at most 4⌊log2 n⌋, as
+	// raymond.go says, and reaches it.
+	reached := false
+	for n := 2; n <= 64; n++ {
+		diam := 0
+		for a := range n {
+			for b := range n {
+				diam = max(diam, heapDist(a, b))
+			}
+		}
+		bound := 4 * int(math.Floor(math.Log2(float64(n))))
+		require.LessOrEqual(t, 2*diam, bound, "n=%d", n)
+		reached = reached || 2*diam == bound
+	}
+	require.True(t, reached)
 }

@@ -11,8 +11,9 @@ import (
 // 3(2), 1985, with the INQUIRE, FAILED and RELINQUISH messages that keep
 // it from deadlocking.
 //
-// Each peer asks only the peers of its voting set, about √n of them (see
-// VotingSets and WithVotingSets); every two sets share a peer, and each
+// Each peer asks only the peers of its voting set (see VotingSets and
+// WithVotingSets): at most 2⌈√n⌉-1 of them on the default grid sets, q+1
+// on a projective plane of order q; every two sets share a peer, and each
 // peer votes for one request at a time, so no two peers can collect all
 // their votes at once. A requester stamps its request with its Lamport
 // clock and sends it to its set; it enters when every member has answered

@@ -18,7 +18,7 @@ import "fmt"
 // Cost: an entry by the holder of the idle privilege sends nothing; any
 // other entry costs a request and a privilege on each edge of the path
 // between the requester and the holder, 2d messages for distance d, at
-// most twice the tree's diameter (about 4 log2 n on the default tree) and
+// most twice the tree's diameter (at most 4⌊log2 n⌋ on the default tree) and
 // O(log n) on average on a balanced tree. Under contention requests merge
 // in the queues and the cost per entry falls. Channels may reorder
 // messages.
