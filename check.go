@@ -539,6 +539,7 @@ func (c *checker) explore(ctx context.Context) error {
 	ids := []int32{0}
 	head := 0
 	var trs []Transition
+	var spare *World
 	lastReport := c.start
 	complete := true
 	expanded := 0
@@ -621,7 +622,12 @@ func (c *checker) explore(ctx context.Context) error {
 		}
 		for _, t := range trs {
 			c.res.Transitions++
-			next := cur.Clone()
+			var next *World
+			if spare != nil {
+				next, spare = cur.cloneInto(spare), nil
+			} else {
+				next = cur.Clone()
+			}
 			st, err := next.apply(t)
 			if err != nil {
 				c.safetyViolation(id, t, err)
@@ -640,6 +646,8 @@ func (c *checker) explore(ctx context.Context) error {
 				c.res.States++
 				work = append(work, next)
 				ids = append(ids, to)
+			} else {
+				spare = next // a known state: reuse its arrays
 			}
 			if c.graph {
 				c.to = append(c.to, to)

@@ -74,7 +74,9 @@ type World struct {
 	events []Event // recorded while trace is set
 	mark   int     // len(events) when the current Apply began
 
-	out output // scratch for machine steps; never shared by clones
+	out  output // scratch for machine steps; never shared by clones
+	owns []bool // the array behind own and qown
+	ints []int  // the array behind pos and active
 }
 
 // peerStatus is the runtime status of one peer, kept beside its machine
@@ -415,28 +417,45 @@ func (w *World) Err() error { return w.err }
 // share machines and queues until either changes one, which it then
 // copies, so a clone costs a few small slices. The trace so far is
 // shared too, and each world extends its own.
-func (w *World) Clone() *World {
-	c := *w
-	c.ms = slices.Clone(w.ms)
-	c.peers = slices.Clone(w.peers)
-	// The ownership flags of machines and queues, in one allocation.
-	owns := make([]bool, len(w.own)+len(w.qown))
+func (w *World) Clone() *World { return w.cloneInto(new(World)) }
+
+// cloneInto makes c a clone of w, reusing c's arrays, and returns it. c
+// must be a world nobody else shares, such as a fresh one or a clone that
+// a checker found was a state it knew.
+func (w *World) cloneInto(c *World) *World {
+	ms, peers, queues, owns, ints, inside, out := c.ms, c.peers, c.queues, c.owns, c.ints, c.inside, c.out
+	*c = *w
+	c.ms = append(ms[:0], w.ms...)
+	c.peers = append(peers[:0], w.peers...)
+	// The ownership flags of machines and queues, in one array.
+	k := len(w.own) + len(w.qown)
+	if cap(owns) < k {
+		owns = make([]bool, k)
+	} else {
+		owns = owns[:k]
+		clear(owns)
+	}
+	c.owns = owns
 	c.own = owns[:w.n:w.n]
 	clear(w.own)
 	if w.queues != nil {
-		c.queues = slices.Clone(w.queues)
+		c.queues = append(queues[:0], w.queues...)
 		c.qown = owns[w.n:]
 		clear(w.qown)
 		// pos and active share one array; active never outgrows its part.
 		pairs := len(w.pos)
-		ints := make([]int, pairs+len(w.active), 2*pairs)
+		if cap(ints) < 2*pairs {
+			ints = make([]int, 2*pairs)
+		}
+		ints = ints[:2*pairs]
 		copy(ints, w.pos)
 		copy(ints[pairs:], w.active)
+		c.ints = ints
 		c.pos = ints[:pairs:pairs]
-		c.active = ints[pairs:]
+		c.active = ints[pairs : pairs+len(w.active)]
 	}
 	c.bagOwn, w.bagOwn = false, false
-	c.inside = slices.Clone(w.inside)
+	c.inside = append(inside[:0], w.inside...)
 	c.arrivals = slices.Clip(w.arrivals)
 	c.f.drops = slices.Clone(w.f.drops)
 	c.f.deadInside = slices.Clip(w.f.deadInside)
@@ -446,8 +465,9 @@ func (w *World) Clone() *World {
 		c.f.rng = rand.New(&src)
 	}
 	c.events = slices.Clip(w.events)
-	c.out = output{}
-	return &c
+	out.reset()
+	c.out = out
+	return c
 }
 
 // machine returns peer p's machine, ready to be stepped: its own copy.
