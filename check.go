@@ -543,6 +543,7 @@ func (c *checker) explore(ctx context.Context) error {
 	lastReport := c.start
 	complete := true
 	expanded := 0
+	tamed := false
 	for head < len(work) {
 		var cur *World
 		var id int32
@@ -558,6 +559,13 @@ func (c *checker) explore(ctx context.Context) error {
 		}
 		expanded++
 		if expanded&4095 == 0 {
+			if !tamed && c.res.States > 1<<20 {
+				// Past a million states the heap is mostly live: collect
+				// as usual, or a big run's heap grows to five times what
+				// it keeps.
+				debug.SetGCPercent(100)
+				tamed = true
+			}
 			if err := ctx.Err(); err != nil {
 				return err
 			}
