@@ -438,3 +438,30 @@ func TestCheckBadConfig(t *testing.T) {
 	_, err := Check(ctx, CheckConfig{Algorithm: Lamport, Requests: 2, N: 3})
 	require.ErrorIs(t, err, context.Canceled)
 }
+
+// BenchmarkCheck measures the checker: one op is one whole check, and
+// states/s is its speed (the graph for liveness included).
+func BenchmarkCheck(b *testing.B) {
+	for _, cfg := range []CheckConfig{
+		{Algorithm: RicartAgrawala, N: 3, Requests: 2},
+		{Algorithm: Lamport, N: 3, Requests: 1},
+		{Algorithm: Lamport, N: 3, Requests: 1, SafetyOnly: true},
+	} {
+		name := fmt.Sprintf("%v/n=%d/r=%d", cfg.Algorithm, cfg.N, cfg.Requests)
+		if cfg.SafetyOnly {
+			name += "/safety-only"
+		}
+		b.Run(name, func(b *testing.B) {
+			b.ReportAllocs()
+			states := 0
+			for b.Loop() {
+				res, err := Check(context.Background(), cfg)
+				if err != nil || res.Violation != nil || !res.Complete {
+					b.Fatalf("%v %+v", err, res.Violation)
+				}
+				states += res.States
+			}
+			b.ReportMetric(float64(states)/b.Elapsed().Seconds(), "states/s")
+		})
+	}
+}

@@ -74,9 +74,11 @@ type World struct {
 	events []Event // recorded while trace is set
 	mark   int     // len(events) when the current Apply began
 
-	out  output // scratch for machine steps; never shared by clones
-	owns []bool // the array behind own and qown
-	ints []int  // the array behind pos and active
+	out         output // scratch for machine steps; never shared by clones
+	acts        uint64 // machine steps taken
+	restChecked uint64 // acts+1 when the world was last found sound at rest; 0 never
+	owns        []bool // the array behind own and qown
+	ints        []int  // the array behind pos and active
 }
 
 // peerStatus is the runtime status of one peer, kept beside its machine
@@ -887,6 +889,7 @@ func (w *World) coordinator() int { return w.ms[0].(coordinated).coordinatorID()
 // stepMachine steps peer's machine with ev and puts its output into
 // effect.
 func (w *World) stepMachine(peer int, ev event) {
+	w.acts++
 	m := w.machine(peer)
 	w.out.reset()
 	m.step(ev, &w.out)
@@ -1061,7 +1064,7 @@ func (w *World) finalCheck() error {
 		return w.err
 	}
 	if w.outstanding == 0 {
-		if w.faulted() {
+		if w.faulted() || w.restChecked == w.acts+1 {
 			return nil
 		}
 		for p, m := range w.ms {
@@ -1072,6 +1075,9 @@ func (w *World) finalCheck() error {
 				}
 			}
 		}
+		// Nothing has stepped since: a scheduler polling a world at rest
+		// need not check it again.
+		w.restChecked = w.acts + 1
 		return nil
 	}
 	waiting := w.Waiting()
