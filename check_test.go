@@ -447,11 +447,7 @@ func BenchmarkCheck(b *testing.B) {
 		{Algorithm: Lamport, N: 3, Requests: 1},
 		{Algorithm: Lamport, N: 3, Requests: 1, SafetyOnly: true},
 	} {
-		name := fmt.Sprintf("%v/n=%d/r=%d", cfg.Algorithm, cfg.N, cfg.Requests)
-		if cfg.SafetyOnly {
-			name += "/safety-only"
-		}
-		b.Run(name, func(b *testing.B) {
+		b.Run(fmt.Sprintf("alg=%v/n=%d/r=%d/graph=%v", cfg.Algorithm, cfg.N, cfg.Requests, !cfg.SafetyOnly), func(b *testing.B) {
 			b.ReportAllocs()
 			states := 0
 			for b.Loop() {
