@@ -226,7 +226,7 @@ func (r *timedRun) run() (TimedResult, error) {
 		wait     float64
 		done     int // measured exits
 		exited   bool
-		holder   = -1 // the peer inside, as seen so far
+		holder   = -1             // the peer inside, as seen so far
 		entryIdx = make([]int, n) // per peer: the index of its current entry, from 1
 	)
 	res.PerPeer = make([]int, n)
