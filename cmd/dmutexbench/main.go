@@ -26,6 +26,13 @@
 //	-seed s         seed for the choice of peers (default 1)
 //	-chart file     also draw messages per entry against n and latency
 //	                against load, as PNG or SVG by the file's extension
+//	-timed          print the timed table instead: synchronization delay,
+//	                response time (request to exit, E included) and
+//	                throughput in units of T, the message delay, at light
+//	                and heavy load, beside the textbook's values, from the
+//	                deterministic virtual-time simulation dmutex.RunTimed
+//	                (every delay T, every critical section E = T); -load,
+//	                -duration and -chart do not apply
 //
 // Latency comes from real goroutine clusters over the in-memory transport.
 // Messages are counted at the transport; one entry at a time the count is
@@ -66,6 +73,7 @@ type options struct {
 	format   string
 	seed     uint64
 	chart    string
+	timed    bool
 }
 
 var formats = []string{"table", "markdown", "csv", "json"}
@@ -85,6 +93,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	format := fs.String("format", "table", "output `format`: "+strings.Join(formats, ", "))
 	seed := fs.Uint64("seed", 1, "`seed` for the choice of peers")
 	chart := fs.String("chart", "", "also draw a chart to `file` (.png or .svg)")
+	timed := fs.Bool("timed", false, "print the timed table instead: sync delay, response time and throughput in units of T, from the deterministic virtual-time simulation")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: dmutexbench [flags]\n\n"+
 			"Measures messages per entry and Lock latency for each dmutex algorithm.\n\n")
@@ -104,7 +113,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	if fs.NArg() > 0 {
 		return bad("unexpected argument %q", fs.Arg(0))
 	}
-	o := &options{duration: *duration, format: *format, seed: *seed, chart: *chart}
+	o := &options{duration: *duration, format: *format, seed: *seed, chart: *chart, timed: *timed}
 	if *algs == "" {
 		o.variants = allVariants()
 	} else {
@@ -189,6 +198,21 @@ func run(args []string, stdout, stderr io.Writer, terminal bool) int {
 	}
 	if err != nil {
 		return 2
+	}
+	if o.timed {
+		if o.chart != "" {
+			fmt.Fprintln(stderr, "dmutexbench: -chart does not apply to -timed")
+			return 2
+		}
+		rows, err := measureTimed(o)
+		if err == nil {
+			err = writeTimed(stdout, o, rows)
+		}
+		if err != nil {
+			fmt.Fprintf(stderr, "dmutexbench: %v\n", err)
+			return 1
+		}
+		return 0
 	}
 	if o.chart != "" {
 		if err := checkWritable(o.chart); err != nil {

@@ -338,3 +338,22 @@ func TestIsTerminal(t *testing.T) {
 		assert.True(t, isTerminal(tty))
 	}
 }
+
+// TestTimedTableInDocs checks that the timed table in the README and in
+// docs/benchmarks.md is what dmutexbench -timed prints: the simulation
+// is deterministic, so the comparison is exact.
+func TestTimedTableInDocs(t *testing.T) {
+	code, out, errOut := runCmd(t, false, "-timed", "-format", "markdown")
+	require.Equal(t, 0, code, errOut)
+	const open, end = "<!-- go run ./cmd/dmutexbench -timed -format markdown -->\n", "<!-- end of the timed table -->"
+	for _, file := range []string{"../../README.md", "../../docs/benchmarks.md"} {
+		b, err := os.ReadFile(file)
+		require.NoError(t, err)
+		_, rest, ok := strings.Cut(string(b), open)
+		require.True(t, ok, "%s has no timed table", file)
+		table, _, ok := strings.Cut(rest, end)
+		require.True(t, ok, "%s: the timed table has no end marker", file)
+		assert.Equal(t, out, table, "%s: timed table differs from dmutexbench -timed; regenerate it", file)
+	}
+	assert.Contains(t, out, "| ricart-agrawala | 8 | 1.00T | T | 3.02T | 2T+E |")
+}
