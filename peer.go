@@ -549,8 +549,18 @@ func (p *Peer) stepLocked(ev event) bool {
 			p.obs.Sent(p.id, m.To, m.Kind, err)
 		}
 	}
+	if cap(p.out.msgs) > maxKeptOutput {
+		// A broadcast at large n: do not keep n-1 messages alive until
+		// the next one. Small buffers stay, so small clusters step
+		// without allocating.
+		p.out.msgs = nil
+	}
 	return p.out.entered
 }
+
+// maxKeptOutput is the largest output capacity, in messages, a peer keeps
+// between steps.
+const maxKeptOutput = 64
 
 // MaxFence is the largest fencing token a peer hands out, and the largest
 // Message.Fence a peer accepts. No cluster reaches it by entering (at a
