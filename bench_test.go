@@ -44,8 +44,9 @@ func benchEntry(b *testing.B, v variant, n int, all bool) {
 	}
 	lat := make([]time.Duration, b.N)
 	var run func()
+	var shares func() (lo, hi float64)
 	if all {
-		run = entriesAll(peers, lat)
+		run, shares = entriesAll(peers, lat)
 	} else {
 		run = entriesOne(peers, lat)
 	}
@@ -61,6 +62,11 @@ func benchEntry(b *testing.B, v variant, n int, all bool) {
 	require.Equal(b, uint64(b.N), d.Entries)
 	reportMessages(b, d.Messages, m1.Mallocs-m0.Mallocs)
 	reportLatency(b, lat)
+	if shares != nil && n > 1 {
+		lo, hi := shares()
+		b.ReportMetric(lo, "min-share")
+		b.ReportMetric(hi, "max-share")
+	}
 }
 
 // entriesOne returns a run that takes len(lat) entries one after another,
@@ -92,12 +98,19 @@ func entriesOne(peers []Locker, lat []time.Duration) func() {
 // contending to the end: with a shared counter, a peer that enters
 // without messages (centralized's coordinator) could take every entry
 // before the others had sent a request. Its goroutines are started before
-// it returns, so starting them is not measured.
-func entriesAll(peers []Locker, lat []time.Duration) func() {
+// it returns, so starting them is not measured. shares, after the run,
+// returns the fewest and the most entries one peer had made when the
+// first peer finished its share, as shares of all the entries made by
+// then: the fixed shares hide how the algorithm divides its entries, the
+// race to the first finish shows it.
+func entriesAll(peers []Locker, lat []time.Duration) (run func(), shares func() (lo, hi float64)) {
 	start := make(chan struct{})
 	var next atomic.Int64
 	var wg sync.WaitGroup
 	n := len(peers)
+	made := make([]atomic.Int64, n)
+	snap := make([]int64, n)
+	var first sync.Once
 	for i, p := range peers {
 		share := len(lat) / n
 		if i < len(lat)%n {
@@ -109,15 +122,32 @@ func entriesAll(peers []Locker, lat []time.Duration) func() {
 				t0 := time.Now()
 				p.Lock()
 				d := time.Since(t0)
+				made[i].Add(1)
 				p.Unlock()
 				lat[next.Add(1)-1] = d
 			}
+			first.Do(func() {
+				for j := range made {
+					snap[j] = made[j].Load()
+				}
+			})
 		})
 	}
-	return func() {
+	run = func() {
 		close(start)
 		wg.Wait()
 	}
+	shares = func() (lo, hi float64) {
+		var sum int64
+		for _, k := range snap {
+			sum += k
+		}
+		if sum == 0 {
+			return 0, 0
+		}
+		return float64(slices.Min(snap)) / float64(sum), float64(slices.Max(snap)) / float64(sum)
+	}
+	return run, shares
 }
 
 // reportMessages reports msgs/op and, when messages flowed, allocs/msg.
@@ -325,7 +355,8 @@ func TestScale1024(t *testing.T) {
 
 	t1 := time.Now()
 	lat := make([]time.Duration, entries)
-	entriesAll(c.Peers(), lat)()
+	run, _ := entriesAll(c.Peers(), lat)
+	run()
 	ran := time.Since(t1)
 	s := c.Stats()
 

@@ -79,7 +79,7 @@ func TestDefaultTable(t *testing.T) {
 	assert.Empty(t, stderr, "no progress line when stderr is not a terminal")
 	lines := strings.Split(strings.TrimSpace(stdout), "\n")
 	require.Len(t, lines, 1+len(allVariants()))
-	for _, h := range []string{"algorithm", "msgs/entry theory", "p50 light", "p99 full", "entries/s", "weakness"} {
+	for _, h := range []string{"algorithm", "msgs/entry theory", "p50 light", "p99 full", "entries/s", "share min-max", "weakness"} {
 		assert.Contains(t, lines[0], h)
 	}
 	for i, v := range allVariants() {
@@ -121,6 +121,12 @@ func TestFormats(t *testing.T) {
 				assert.LessOrEqual(t, l.P50, l.P99)
 			}
 			assert.Positive(t, r.PerSecond)
+			// Full load: every peer's caller made some entries, and the
+			// shares bracket the fair 1/n.
+			assert.Positive(t, r.Loads[2].ShareMin, "%s n=%d", w.alg, w.n)
+			assert.LessOrEqual(t, r.Loads[2].ShareMin, 1/float64(w.n)+1e-9)
+			assert.GreaterOrEqual(t, r.Loads[2].ShareMax, 1/float64(w.n)-1e-9)
+			assert.Zero(t, r.Loads[0].ShareMax, "one caller at a time has no share")
 		}
 	})
 	t.Run("csv", func(t *testing.T) {

@@ -87,6 +87,8 @@ type latency struct {
 	P50Sent    float64 `json:"p50_us_asked"` // p50 of the entries that were not; 0 if none
 	PerSecond  float64 `json:"entries_per_s"`
 	MsgsEntry  float64 `json:"msgs_per_entry"`
+	ShareMin   float64 `json:"share_min,omitempty"` // with k > 1: the fewest entries one caller made, as a share of all
+	ShareMax   float64 `json:"share_max,omitempty"` // and the most
 	elapsed    time.Duration
 	contenders int
 }
@@ -134,13 +136,15 @@ func latencyRun(c *dmutex.Cluster, msgs *msgCounter, k int, d time.Duration, rng
 	defer cancel()
 	stop := make(chan struct{})
 	var (
-		mu   sync.Mutex
-		lats []entryTime
-		errs atomic.Value
+		mu     sync.Mutex
+		lats   []entryTime
+		counts []int // entries per caller
+		errs   atomic.Value
 	)
 	record := func(local []entryTime) {
 		mu.Lock()
 		lats = append(lats, local...)
+		counts = append(counts, len(local))
 		mu.Unlock()
 	}
 	var wg sync.WaitGroup
@@ -208,6 +212,10 @@ func latencyRun(c *dmutex.Cluster, msgs *msgCounter, k int, d time.Duration, rng
 	}
 	if len(asked) > 0 {
 		l.P50Sent = micros(percentile(asked, 50))
+	}
+	if k > 1 && len(lats) > 0 {
+		l.ShareMin = float64(slices.Min(counts)) / float64(len(lats))
+		l.ShareMax = float64(slices.Max(counts)) / float64(len(lats))
 	}
 	return l, nil
 }

@@ -26,6 +26,8 @@ type row struct {
 	MsgsK     float64   `json:"msgs_per_entry_k"`      // k peers asking at once
 	Loads     []latency `json:"loads"`                 // Lock latency under each load
 	PerSecond float64   `json:"entries_per_s"`         // entries per second at the heaviest load
+	ShareMin  float64   `json:"share_min,omitempty"`   // at the heaviest load: the fewest entries one caller made, as a share of all
+	ShareMax  float64   `json:"share_max,omitempty"`   // and the most
 	Weakness  string    `json:"weakness"`
 	note      string    // shown after the theory in tables
 }
@@ -120,6 +122,7 @@ func measure(o *options, p *progressLine) ([]row, error) {
 			}
 			if heaviest >= 0 {
 				r.PerSecond = r.Loads[heaviest].PerSecond
+				r.ShareMin, r.ShareMax = r.Loads[heaviest].ShareMin, r.Loads[heaviest].ShareMax
 			}
 			rows = append(rows, r)
 		}
@@ -176,7 +179,12 @@ func header(loads []load, raw bool) []string {
 			h = append(h, "p50 "+l.String(), "p99 "+l.String())
 		}
 	}
-	return append(h, "entries/s", "weakness") // entries/s: at the heaviest load
+	if raw {
+		h = append(h, "entries/s", "share_min", "share_max")
+	} else {
+		h = append(h, "entries/s", "share min-max")
+	}
+	return append(h, "weakness") // entries/s and shares: at the heaviest load
 }
 
 // cells formats r to match header.
@@ -204,7 +212,17 @@ func cells(r row, raw bool) []string {
 			c = append(c, fmtMicros(l.P50), fmtMicros(l.P99))
 		}
 	}
-	return append(c, strconv.FormatFloat(r.PerSecond, 'f', 0, 64), r.Weakness)
+	c = append(c, strconv.FormatFloat(r.PerSecond, 'f', 0, 64))
+	switch {
+	case raw:
+		c = append(c, strconv.FormatFloat(r.ShareMin, 'f', 4, 64), strconv.FormatFloat(r.ShareMax, 'f', 4, 64))
+	case r.ShareMax == 0: // one caller at a time: no share to compare
+		c = append(c, "-")
+	default:
+		pct := func(x float64) string { return strconv.FormatFloat(100*x, 'f', 1, 64) + "%" }
+		c = append(c, pct(r.ShareMin)+"-"+pct(r.ShareMax))
+	}
+	return append(c, r.Weakness)
 }
 
 // fmtMicros formats a latency given in microseconds, such as "9.7µs";
