@@ -123,12 +123,14 @@ type timedRun struct {
 // RunTimed runs n peers of alg on a World in virtual time and measures
 // the synchronization delay, response time and throughput in units of
 // T, the message delay. Every message takes T (or a seeded jittered
-// delay, keeping per-pair FIFO order when the algorithm needs it), every
+// delay; a message never overtakes an earlier one between the same two
+// peers unless WithDelivery(DeliverReorder) is given), every
 // critical section lasts tm.CS, and requests arrive by a seeded Poisson
 // process per peer at tm.Rate, or as fast as the peers can take them.
 // Events due at the same instant happen in the order they were
 // scheduled. The run uses no clock: the same arguments give the same
-// result. It takes the algorithm's options and WithVariant; a protocol
+// result. It takes the algorithm's options, WithDelivery and
+// WithVariant, as NewWorld does; a protocol
 // violation ends it with an error wrapping ErrViolation, and bad timing
 // with one wrapping ErrInvalidConfig.
 func RunTimed(alg Algorithm, n int, tm Timing, opts ...Option) (TimedResult, error) {
@@ -176,11 +178,12 @@ func (r *timedRun) delay() float64 {
 
 // schedule puts the messages sent since the last call on the clock.
 func (r *timedRun) schedule() {
-	n := r.w.N()
+	n, seen := r.w.N(), r.seen
 	for _, f := range r.w.Messages() {
 		if f.Seq <= r.seen {
 			continue
 		}
+		seen = max(seen, f.Seq)
 		at := r.now + r.delay()
 		if pair := f.Msg.From*n + f.Msg.To; r.w.FIFO() {
 			at = math.Max(at, r.last[pair])
@@ -188,9 +191,7 @@ func (r *timedRun) schedule() {
 		}
 		r.push(timedEvent{at: at, kind: timedDeliver, peer: f.Msg.To, msg: f})
 	}
-	if k := len(r.w.Messages()); k > 0 {
-		r.seen = max(r.seen, r.w.Messages()[k-1].Seq)
-	}
+	r.seen = seen
 }
 
 // arrival schedules peer's next Poisson arrival.
