@@ -109,6 +109,55 @@ func (f CheckFaults) String() string {
 	return strings.Join(parts, ", ")
 }
 
+// A DetectorKind is the failure detector Check models.
+type DetectorKind uint8
+
+// The failure detectors. With either, a suspicion is a transition: "P1
+// suspects P2" hands the machine of P1 the event that P2 is suspected,
+// which a machine with recovery on (WithRecovery) acts upon. A peer that
+// crashed inside the critical section counts as gone from it, and a
+// quiet state in which a survivor waits is a deadlock, not merely
+// blocked: the recovery promises that survivors go on entering.
+const (
+	DetectorNone DetectorKind = iota
+	// DetectorPerfect suspects only peers that crashed, and each live
+	// peer eventually suspects each crashed one (weak fairness).
+	DetectorPerfect
+	// DetectorImperfect also suspects live peers, at any time, at most
+	// Detector.FalseSuspicions times in a run; a live suspected peer is
+	// eventually trusted again (weak fairness).
+	DetectorImperfect
+)
+
+// String returns "none", "perfect" or "imperfect".
+func (k DetectorKind) String() string {
+	switch k {
+	case DetectorNone:
+		return "none"
+	case DetectorPerfect:
+		return "perfect"
+	case DetectorImperfect:
+		return "imperfect"
+	}
+	return fmt.Sprintf("DetectorKind(%d)", uint8(k))
+}
+
+// A Detector is the failure detector of a Check.
+type Detector struct {
+	Kind            DetectorKind
+	FalseSuspicions int // DetectorImperfect: suspicions of live peers allowed in a run
+}
+
+func (d Detector) String() string {
+	if d.Kind == DetectorImperfect {
+		return fmt.Sprintf("imperfect, %d false", d.FalseSuspicions)
+	}
+	if d.Kind == DetectorNone {
+		return ""
+	}
+	return d.Kind.String()
+}
+
 // DefaultMaxStates is the number of states after which Check stops when
 // CheckConfig.MaxStates is zero, so that a machine whose state grows
 // without bound gets an answer (complete false) instead of eating the
@@ -132,6 +181,9 @@ type CheckConfig struct {
 	Network      Network
 	Options      []Option    // the algorithm's options, such as WithVotingSets
 	Faults       CheckFaults // zero: no faults (or the variant's)
+	// Detector is the failure detector: zero for none (or the
+	// variant's). It needs N <= 8.
+	Detector Detector
 
 	// MaxStates stops the search after that many states, with Complete
 	// false; 0 means DefaultMaxStates, and a negative value no limit.
@@ -172,6 +224,7 @@ type CheckResult struct {
 	Tries       int     `json:"tries,omitempty"`
 	Network     string  `json:"network"`
 	Faults      string  `json:"faults,omitempty"`
+	Detector    string  `json:"detector,omitempty"`
 	States      int     `json:"states"`
 	Transitions int     `json:"transitions"`
 	Seconds     float64 `json:"seconds"`
@@ -321,6 +374,8 @@ type checker struct {
 	classes map[string]int32 // unordered network: message encoding to class
 
 	firstDeadlock int32 // a deadlocked state, -1 for none
+
+	cur *World // the world being expanded, for classOf
 }
 
 // stateInfo is what holds in one explored state.
@@ -358,6 +413,9 @@ func newChecker(cc CheckConfig) (*checker, error) {
 		}
 		if cc.Faults.zero() {
 			cc.Faults = v.Faults
+		}
+		if cc.Detector == (Detector{}) {
+			cc.Detector = v.Detector
 		}
 		cc.Options = append(slices.Clip(v.Options), cc.Options...)
 	}
@@ -411,6 +469,12 @@ func newChecker(cc CheckConfig) (*checker, error) {
 	if f := cc.Faults; f.Lose && f.LoseKind != 0 && !f.LoseKind.Valid() {
 		return nil, fmt.Errorf("%w: lose messages of unknown kind %v", ErrInvalidConfig, f.LoseKind)
 	}
+	if d := cc.Detector; d.Kind > DetectorImperfect || d.FalseSuspicions < 0 || (d.Kind != DetectorImperfect && d.FalseSuspicions != 0) {
+		return nil, fmt.Errorf("%w: detector %v with %d false suspicions", ErrInvalidConfig, d.Kind, d.FalseSuspicions)
+	}
+	if cc.Detector.Kind != DetectorNone && cc.N > 8 {
+		return nil, fmt.Errorf("%w: a failure detector for %d peers, want at most 8", ErrInvalidConfig, cc.N)
+	}
 	opts := slices.Clone(cc.Options)
 	if v != nil {
 		opts = append(opts, WithVariant(v.Name))
@@ -440,6 +504,7 @@ func newChecker(cc CheckConfig) (*checker, error) {
 		Tries:        cc.Tries,
 		Network:      cc.Network.String(),
 		Faults:       cc.Faults.String(),
+		Detector:     cc.Detector.String(),
 		MaxOvertakes: -1,
 	}
 	if cc.Network == NetworkUnordered {
@@ -480,6 +545,7 @@ func (c *checker) startWorld(trace bool) (*World, error) {
 	if f := c.cc.Faults; f.Lose {
 		w.f.loseLeft, w.f.loseKind = 1, f.LoseKind
 	}
+	w.f.detector, w.f.falseLeft = c.cc.Detector.Kind, c.cc.Detector.FalseSuspicions
 	return w, nil
 }
 
@@ -497,6 +563,13 @@ func (c *checker) classOf(t Transition) int32 {
 	switch t.Kind {
 	case TransLeave:
 		return int32(t.Peer)
+	case TransSuspect, TransTrust:
+		// Owed by the detector, when enabled outside the false budget:
+		// a suspicion of a crashed peer, a trust of a live one.
+		if t.Kind == TransSuspect && c.cc.Detector.Kind == DetectorImperfect && !c.crashedNow(t.Target) {
+			return -1
+		}
+		return 1<<30 + int32(t.Kind)*64 + int32(t.Peer*c.cc.N+t.Target)
 	case TransDeliver:
 		if c.classes == nil {
 			return n + int32(t.Msg.From*c.cc.N+t.Msg.To)
@@ -511,6 +584,10 @@ func (c *checker) classOf(t Transition) int32 {
 	}
 	return -1
 }
+
+// crashedNow reports whether peer p has crashed in the world being
+// expanded.
+func (c *checker) crashedNow(p int) bool { return c.cur != nil && c.cur.isCrashed(p) }
 
 // explore runs the search. It stops at the first safety violation, and
 // records the first deadlock (a shortest one) but goes on.
@@ -588,9 +665,11 @@ func (c *checker) explore(ctx context.Context) error {
 		if cur.f.parted && cur.f.group == nil {
 			info.flags |= stHealed
 		}
+		c.cur = cur
 		if cur.faulted() {
 			info.flags |= stFaulted
-		} else {
+		}
+		if !cur.faulted() || c.cc.Detector.Kind != DetectorNone {
 			for p, s := range cur.peers {
 				if s.requested && !cur.isCrashed(p) {
 					info.wait |= 1 << uint(p%64)

@@ -49,6 +49,7 @@ type config struct {
 	n   int
 
 	implicitReplies bool     // Ricart-Agrawala: WithImplicitReplies
+	recovery        bool     // WithRecovery
 	faults          *Faults  // WithFaults
 	observer        Observer // WithObserver; nil means none
 
@@ -112,5 +113,20 @@ func WithImplicitReplies() Option {
 		algs:  []Algorithm{RicartAgrawala},
 		where: forAll,
 		apply: func(c *config) error { c.implicitReplies = true; return nil },
+	}
+}
+
+// WithRecovery turns on the algorithm's crash recovery: the machine acts
+// on its failure detector's suspicions. Ricart-Agrawala: crash exclusion,
+// see [NewRicartAgrawala]. Without it the suspicions are ignored, and
+// nothing else changes: the same messages, the same counts. For now only
+// a World and Check feed the machines suspicions (CheckConfig.Detector),
+// so the option applies to them alone.
+func WithRecovery() Option {
+	return Option{
+		name:  "WithRecovery",
+		algs:  []Algorithm{RicartAgrawala},
+		where: forWorld,
+		apply: func(c *config) error { c.recovery = true; return nil },
 	}
 }

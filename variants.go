@@ -25,6 +25,7 @@ type Variant struct {
 	Requests int
 	Network  Network
 	Faults   CheckFaults
+	Detector Detector
 	Options  []Option // such as voting sets; added before the caller's
 
 	// unordered lets the variant run over a reordering network although
@@ -79,6 +80,15 @@ var variantList = []Variant{
 		Teaches:   "Suzuki-Kasami must not send the token for an outdated request (RN[j] <= LN[j]): a late copy of an already served request pulls the token to a peer that no longer wants it, and a request waits for ever or the order of service breaks.",
 		N:         3, Requests: 2, Network: NetworkUnordered,
 		wrap: func(m machine) machine { return &skOutdated{m.(*suzukiKasami)} },
+	},
+	{
+		Name:      "ricart-agrawala-naive-exclusion",
+		Algorithm: RicartAgrawala,
+		Teaches:   "Crash exclusion must remember whom it suspects: a peer that only stops waiting for the request outstanding when the suspicion comes, and forgets it, waits for ever for the crashed peer's reply to its next request.",
+		N:         3, Requests: 1, Network: NetworkFIFO,
+		Faults:   CheckFaults{Crash: true, CrashPeer: AnyPeer},
+		Detector: Detector{Kind: DetectorPerfect},
+		wrap:     func(m machine) machine { return &raNaiveExclusion{m.(*ricart)} },
 	},
 }
 
@@ -150,6 +160,28 @@ func (r *raTieReply) step(ev event, out *output) {
 }
 
 func (r *raTieReply) clone() machine { return &raTieReply{r.ricart.clone().(*ricart)} }
+
+// Ricart-Agrawala with a one-shot crash exclusion: a suspicion counts as
+// the suspected peer's reply to the request outstanding, if any, and is
+// then forgotten.
+type raNaiveExclusion struct{ *ricart }
+
+func (r *raNaiveExclusion) step(ev event, out *output) {
+	switch ev.kind {
+	case evSuspect:
+		if r.state == raWanted {
+			r.grant(ev.msg.From, out)
+		}
+		return
+	case evTrust:
+		return
+	}
+	r.ricart.step(ev, out)
+}
+
+func (r *raNaiveExclusion) clone() machine {
+	return &raNaiveExclusion{r.ricart.clone().(*ricart)}
+}
 
 // Maekawa without INQUIRE and FAILED: the voter only queues, and so no
 // requester ever yields.

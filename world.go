@@ -152,6 +152,13 @@ type worldFaults struct {
 	partInto  [][]int // the groups such a partition cuts the network into
 	healLeft  int     // heals still allowed, once partitioned
 	parted    bool    // a partition transition was taken
+
+	// The failure detector a checker models (CheckConfig.Detector):
+	// suspects has bit i*n+j set while peer i suspects peer j, and
+	// falseLeft counts the suspicions of live peers still allowed.
+	detector  DetectorKind
+	suspects  uint64
+	falseLeft int
 }
 
 // An envelope is a message in flight with its serial number.
@@ -174,6 +181,8 @@ const (
 	TransTry                                 // the peer tries the critical section, as TryLock does
 	TransPartition                           // the network splits into the checker's groups
 	TransHeal                                // the partition ends
+	TransSuspect                             // the peer's failure detector starts suspecting Target
+	TransTrust                               // the peer's failure detector trusts Target again
 	numTransitionKinds
 )
 
@@ -187,6 +196,8 @@ var transitionLetters = [numTransitionKinds]byte{
 	TransTry:       't',
 	TransPartition: 'p',
 	TransHeal:      'h',
+	TransSuspect:   's',
+	TransTrust:     'u',
 }
 
 // A Transition is one move a World can make. Its ID is stable and small,
@@ -196,6 +207,9 @@ type Transition struct {
 	Peer int     // who requests, leaves or crashes; for a delivery or a loss, the receiver
 	Seq  uint64  // TransDeliver and TransLose: the message's serial number
 	Msg  Message // TransDeliver and TransLose: the message
+	// Target is the peer suspected or trusted again, for TransSuspect
+	// and TransTrust.
+	Target int
 }
 
 // ID returns the transition's identity: a letter for the kind and the
@@ -210,6 +224,8 @@ func (t Transition) ID() string {
 		return fmt.Sprintf("%c%d", transitionLetters[t.Kind], t.Seq)
 	case TransPartition, TransHeal:
 		return string(transitionLetters[t.Kind])
+	case TransSuspect, TransTrust:
+		return fmt.Sprintf("%c%d-%d", transitionLetters[t.Kind], t.Peer, t.Target)
 	}
 	return fmt.Sprintf("%c%d", transitionLetters[t.Kind], t.Peer)
 }
@@ -234,6 +250,10 @@ func (t Transition) String() string {
 		return "the network splits"
 	case TransHeal:
 		return "the partition heals"
+	case TransSuspect:
+		return fmt.Sprintf("P%d suspects P%d", t.Peer, t.Target)
+	case TransTrust:
+		return fmt.Sprintf("P%d trusts P%d again", t.Peer, t.Target)
 	}
 	return fmt.Sprintf("Transition(%d)", uint8(t.Kind))
 }
@@ -591,9 +611,11 @@ func (w *World) appendTransitions(trs []Transition, faults bool) []Transition {
 			}
 		}
 	}
+	trs = w.appendDetector(trs, false)
 	if !faults {
 		return trs
 	}
+	trs = w.appendDetector(trs, true)
 	if w.f.crashLeft > 0 {
 		for p := range w.n {
 			if !w.isCrashed(p) && (w.f.crashWho < 0 || w.f.crashWho == p) && (!w.f.crashIn || w.peers[p].inside) {
@@ -629,6 +651,39 @@ func (w *World) appendTransitions(trs []Transition, faults bool) []Transition {
 	}
 	return trs
 }
+
+// appendDetector appends the failure detector's transitions: with free
+// unset those it owes (a suspicion of a crashed peer, a trust of a live
+// suspected one), which happen eventually; with free set the false
+// suspicions it may still make.
+func (w *World) appendDetector(trs []Transition, free bool) []Transition {
+	if w.f.detector == 0 || (free && (w.f.detector != DetectorImperfect || w.f.falseLeft <= 0)) {
+		return trs
+	}
+	for i := range w.n {
+		if w.isCrashed(i) {
+			continue
+		}
+		for j := range w.n {
+			if j == i {
+				continue
+			}
+			sus, dead := w.suspects(i, j), w.isCrashed(j)
+			switch {
+			case !free && !sus && dead:
+				trs = append(trs, Transition{Kind: TransSuspect, Peer: i, Target: j})
+			case !free && sus && !dead:
+				trs = append(trs, Transition{Kind: TransTrust, Peer: i, Target: j})
+			case free && !sus && !dead:
+				trs = append(trs, Transition{Kind: TransSuspect, Peer: i, Target: j})
+			}
+		}
+	}
+	return trs
+}
+
+// suspects reports whether peer i's failure detector suspects peer j.
+func (w *World) suspects(i, j int) bool { return w.f.suspects&(1<<uint(i*w.n+j)) != 0 }
 
 // bagDup reports whether an equal message comes earlier in the bag: two
 // copies of one message give the same successor, so only the first is
@@ -711,6 +766,15 @@ func (w *World) apply(t Transition) (Step, error) {
 		w.f.healLeft--
 		w.f.group = nil
 		w.record(Event{Kind: EventHeal, Peer: -1})
+	case TransSuspect:
+		if !w.isCrashed(t.Target) {
+			w.f.falseLeft--
+		}
+		w.f.suspects |= 1 << uint(t.Peer*w.n+t.Target)
+		w.stepMachine(t.Peer, event{kind: evSuspect, msg: Message{From: t.Target, To: t.Peer}})
+	case TransTrust:
+		w.f.suspects &^= 1 << uint(t.Peer*w.n+t.Target)
+		w.stepMachine(t.Peer, event{kind: evTrust, msg: Message{From: t.Target, To: t.Peer}})
 	}
 	if w.err == nil {
 		w.err = w.checkTokens()
@@ -737,6 +801,8 @@ func (w *World) enabled(t Transition) bool {
 	switch t.Kind {
 	case TransRequest, TransLeave, TransCrash, TransTry:
 		return slices.Contains(w.appendTransitions(nil, true), Transition{Kind: t.Kind, Peer: t.Peer})
+	case TransSuspect, TransTrust:
+		return slices.Contains(w.appendTransitions(nil, true), Transition{Kind: t.Kind, Peer: t.Peer, Target: t.Target})
 	case TransDeliver, TransLose:
 		m := t.Msg
 		if m.From < 0 || m.From >= w.n || m.To != t.Peer || (t.Kind == TransLose && (w.f.loseLeft <= 0 || (w.f.loseKind != 0 && m.Kind != w.f.loseKind))) {
@@ -1052,7 +1118,7 @@ func (w *World) quiet() bool {
 			return false
 		}
 	}
-	return true
+	return len(w.appendDetector(nil, false)) == 0
 }
 
 // finalCheck checks a world in which nothing is left to do (quiet): any
@@ -1081,7 +1147,7 @@ func (w *World) finalCheck() error {
 		return nil
 	}
 	waiting := w.Waiting()
-	if w.faulted() {
+	if w.faulted() && w.f.detector == 0 {
 		return w.blocked(waiting)
 	}
 	w.err = fmt.Errorf("%w: deadlock after step %d: peers %v wait and no message is in flight", ErrViolation, w.step, waiting)
@@ -1182,7 +1248,11 @@ func (w *World) crash(peer int) {
 	p := &w.peers[peer]
 	if p.inside {
 		w.inside = slices.DeleteFunc(w.inside, func(q int) bool { return q == peer })
-		w.f.deadInside = append(slices.Clip(w.f.deadInside), peer)
+		if w.f.detector == 0 {
+			// With a failure detector, a peer that crashed inside has
+			// left: the survivors may enter once they suspect it.
+			w.f.deadInside = append(slices.Clip(w.f.deadInside), peer)
+		}
 		w.outstanding--
 	}
 	if p.requested {
@@ -1347,6 +1417,10 @@ func (w *World) appendState(b []byte, scratch *[][]byte, sbuf *[]byte) []byte {
 	b = appendInt(b, w.f.partLeft)
 	b = appendInt(b, w.f.healLeft)
 	b = appendInts(b, w.f.deadInside)
+	if w.f.detector != 0 {
+		b = appendUint(b, w.f.suspects)
+		b = appendInt(b, w.f.falseLeft)
+	}
 	if w.f.group != nil {
 		b = appendInts(b, w.f.group)
 	}

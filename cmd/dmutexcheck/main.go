@@ -69,6 +69,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	tree := fs.String("tree", "", "Raymond's tree as each peer's parent, -1 for the root, such as \"-1,0,0\"")
 	crash := fs.String("crash", "", "one crash at any point: \"any\" peer, or a peer id")
 	lose := fs.String("lose", "", "one lost message at any point: \"any\" kind, or a kind such as reply")
+	detector := fs.String("detector", "", "failure detector: \"perfect\" (suspects crashed peers only) or \"imperfect\" (see -false)")
+	falseSus := fs.Int("false", 1, "with -detector imperfect: suspicions of live peers allowed in a run")
+	recovery := fs.Bool("recovery", false, "turn on the algorithm's crash recovery (WithRecovery)")
 	safetyOnly := fs.Bool("safety-only", false, "check safety and deadlock only, depth first, without the graph liveness needs (for the biggest spaces)")
 	mermaid := fs.Bool("mermaid", false, "also print the counterexample as a Mermaid diagram")
 	if err := fs.Parse(args); err != nil {
@@ -189,6 +192,18 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		cfg.Faults.Lose, cfg.Faults.LoseKind = true, k
 	}
+	switch d := strings.ToLower(*detector); d {
+	case "":
+	case "perfect":
+		cfg.Detector.Kind = dmutex.DetectorPerfect
+	case "imperfect":
+		cfg.Detector = dmutex.Detector{Kind: dmutex.DetectorImperfect, FalseSuspicions: *falseSus}
+	default:
+		return bad("-detector: %q is not perfect or imperfect", *detector)
+	}
+	if *recovery {
+		cfg.Options = append(cfg.Options, dmutex.WithRecovery())
+	}
 	cfg.Progress = func(p dmutex.CheckProgress) {
 		fmt.Fprintf(stderr, "dmutexcheck: %d states, %d transitions, %.0fs (%.0f states/s)\n",
 			p.States, p.Transitions, p.Elapsed.Seconds(), float64(p.States)/p.Elapsed.Seconds())
@@ -276,6 +291,9 @@ func writeText(w io.Writer, r dmutex.CheckResult, mermaid bool) {
 	fmt.Fprintf(w, " network=%s", r.Network)
 	if r.Faults != "" {
 		fmt.Fprintf(w, " faults=%q", r.Faults)
+	}
+	if r.Detector != "" {
+		fmt.Fprintf(w, " detector=%q", r.Detector)
 	}
 	fmt.Fprintln(w)
 	rate := 0.0

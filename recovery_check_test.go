@@ -1,0 +1,125 @@
+package dmutex
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+)
+
+var writeReadme = flag.Bool("dmutex.readme", false, "rewrite README.md's generated crash-recovery table from the checker's runs")
+
+// recoveryRow is one configuration of the crash-recovery table.
+type recoveryRow struct {
+	name    string
+	cfg     CheckConfig
+	holds   func(CheckResult) bool // what the row must show
+	explain bool                   // print the counterexample under the table
+}
+
+// recoveryRows are the rows of the README's crash-recovery table:
+// Ricart-Agrawala at n = 3, one request per peer, one crash of any peer
+// at any point.
+func recoveryRows() []recoveryRow {
+	crash := CheckFaults{Crash: true, CrashPeer: AnyPeer}
+	base := func(opts []Option, d Detector) CheckConfig {
+		return CheckConfig{Algorithm: RicartAgrawala, N: 3, Requests: 1, Options: opts, Faults: crash, Detector: d}
+	}
+	perfect := Detector{Kind: DetectorPerfect}
+	return []recoveryRow{
+		{"no recovery, perfect detector", base(nil, perfect), func(r CheckResult) bool {
+			return r.Complete && r.Safe && !r.DeadlockFree && r.Violation != nil && r.Violation.Property == "deadlock"
+		}, false},
+		{"`WithRecovery()`, perfect detector", base([]Option{WithRecovery()}, perfect), func(r CheckResult) bool {
+			return r.Complete && r.Safe && r.DeadlockFree && r.StarvationFree && r.Liveness
+		}, false},
+		{"`WithRecovery()`, imperfect detector, 1 false suspicion", base([]Option{WithRecovery()}, Detector{Kind: DetectorImperfect, FalseSuspicions: 1}), func(r CheckResult) bool {
+			return !r.Safe && r.Violation != nil && r.Violation.Property == "safety"
+		}, true},
+		{"variant `ricart-agrawala-naive-exclusion`, perfect detector", CheckConfig{Variant: "ricart-agrawala-naive-exclusion"}, func(r CheckResult) bool {
+			return r.Safe && !r.DeadlockFree && r.Violation != nil && r.Violation.Property == "deadlock"
+		}, false},
+	}
+}
+
+// TestCheckRecoveryRicart checks Ricart-Agrawala's crash exclusion
+// (WithRecovery) with both detectors, its absence and its naive variant,
+// and that README.md shows what the checker found (rewrite it with
+// -dmutex.readme).
+func TestCheckRecoveryRicart(t *testing.T) {
+	var b strings.Builder
+	b.WriteString("| configuration | states | safe | deadlock free | starvation free | first violation |\n")
+	b.WriteString("| --- | --- | --- | --- | --- | --- |\n")
+	var notes strings.Builder
+	yes := func(ok bool, computed bool) string {
+		switch {
+		case !computed:
+			return "not computed"
+		case ok:
+			return "yes"
+		}
+		return "no"
+	}
+	for _, row := range recoveryRows() {
+		res, err := Check(context.Background(), row.cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !row.holds(res) {
+			t.Errorf("%s: unexpected result %+v", row.name, res)
+			if res.Violation != nil {
+				t.Errorf("%s: %s", res.Violation.Message, strings.Join(res.Violation.Trace, "; "))
+			}
+			continue
+		}
+		first := "none"
+		if v := res.Violation; v != nil {
+			first = fmt.Sprintf("%s after %d steps: `%s`", v.Property, len(v.Transitions), strings.Join(v.Transitions, " "))
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s |\n", row.name, thousands(res.States),
+			yes(res.Safe, true), yes(res.DeadlockFree, res.Safe), yes(res.StarvationFree, res.Liveness), first)
+		if row.explain && res.Violation != nil {
+			fmt.Fprintf(&notes, "\nThe run the checker found for %s (%s):\n\n", row.name, strings.TrimPrefix(res.Violation.Message, "dmutex: protocol violation: "))
+			for i, l := range res.Violation.Trace {
+				fmt.Fprintf(&notes, "%d. %s\n", i+1, l)
+			}
+		}
+	}
+	if t.Failed() {
+		return
+	}
+	want := b.String() + notes.String()
+	const begin = "<!-- recovery table: go test -run TestCheckRecoveryRicart -dmutex.readme . -->\n"
+	const end = "<!-- end recovery table -->\n"
+	readme, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := string(readme)
+	i, j := strings.Index(s, begin), strings.Index(s, end)
+	if i < 0 || j < i {
+		t.Fatalf("README.md lacks the recovery table markers")
+	}
+	got := s[i+len(begin) : j]
+	if got == want {
+		return
+	}
+	if *writeReadme {
+		if err := os.WriteFile("README.md", []byte(s[:i+len(begin)]+want+s[j:]), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	t.Errorf("README.md's recovery table is stale; rerun with -dmutex.readme. Want:\n%s", want)
+}
+
+// thousands formats n with commas, as the README's tables do.
+func thousands(n int) string {
+	s := fmt.Sprint(n)
+	for i := len(s) - 3; i > 0; i -= 3 {
+		s = s[:i] + "," + s[i:]
+	}
+	return s
+}
