@@ -123,3 +123,43 @@ func thousands(n int) string {
 	}
 	return s
 }
+
+// TestWorldDetectorTransitions: a perfect detector offers a suspicion
+// only of a crashed peer, by every survivor, and the IDs replay.
+func TestWorldDetectorTransitions(t *testing.T) {
+	w, err := NewWorld(RicartAgrawala, 3, WithRecovery())
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.f.detector = DetectorPerfect
+	ids := func() []string {
+		var out []string
+		for _, tr := range w.Transitions() {
+			if tr.Kind == TransSuspect || tr.Kind == TransTrust {
+				out = append(out, tr.ID())
+			}
+		}
+		return out
+	}
+	if got := ids(); len(got) != 0 {
+		t.Fatalf("suspicions before any crash: %v", got)
+	}
+	w.crash(2)
+	if got := fmt.Sprint(ids()); got != "[s0-2 s1-2]" {
+		t.Fatalf("after P2 crashed: %s, want [s0-2 s1-2]", got)
+	}
+	tr, ok := w.Find("s0-2")
+	if !ok {
+		t.Fatal("s0-2 not found")
+	}
+	st, err := w.Apply(tr)
+	if err != nil || st.String() != "P0 suspects P2" {
+		t.Fatalf("apply s0-2: %q, %v", st.String(), err)
+	}
+	if got := fmt.Sprint(ids()); got != "[s1-2]" {
+		t.Fatalf("after s0-2: %s, want [s1-2]", got)
+	}
+	if w.quiet() {
+		t.Fatal("quiet with a suspicion owed")
+	}
+}

@@ -147,3 +147,18 @@ func TestBadUsage(t *testing.T) {
 		})
 	}
 }
+
+// TestDetectorFlags: -detector and -recovery reach Check: crash exclusion
+// holds with a perfect detector, breaks safety with an imperfect one, and
+// a bad detector name is a usage error.
+func TestDetectorFlags(t *testing.T) {
+	code, stdout, stderr := runCmd(t, "-alg", "ricart-agrawala", "-crash", "any", "-detector", "perfect", "-recovery")
+	require.Equal(t, 0, code, stderr)
+	assert.Contains(t, stdout, `detector="perfect"`)
+	code, stdout, stderr = runCmd(t, "-alg", "ricart-agrawala", "-crash", "any", "-detector", "imperfect", "-false", "1", "-recovery")
+	require.Equal(t, 1, code, stderr)
+	assert.Contains(t, stdout, "violation (safety)")
+	assert.Contains(t, stdout, "P1 suspects P0")
+	code, _, _ = runCmd(t, "-alg", "ricart-agrawala", "-detector", "oracle")
+	assert.Equal(t, 2, code)
+}
