@@ -8,8 +8,13 @@
 //	dmutexcheck -alg suzuki-kasami -n 3 -tries 1
 //	dmutexcheck -variant maekawa-textbook-failed
 //	dmutexcheck -list
+//	dmutexcheck -alg ricart-agrawala -crash any -detector perfect -recovery
 //
-// -tries puts TryLock calls in the mix, beside the requests.
+// -tries puts TryLock calls in the mix, beside the requests. -detector
+// perfect|imperfect models a failure detector whose suspicions are
+// transitions (an imperfect one may suspect a live peer, -false times at
+// most), and -recovery turns on the algorithm's crash recovery
+// (dmutex.WithRecovery).
 //
 // Exit codes: 0 every property holds, 1 a violation was found, 2 bad
 // usage, 3 the state limit stopped the search before it found anything
