@@ -293,6 +293,20 @@ type PeerStatus struct {
 	Tries   int // tries the peer may still make as transitions, or Unlimited
 }
 
+// State names the peer's status in one word: "crashed", "inside",
+// "waiting" or "idle", in that order of precedence.
+func (ps PeerStatus) State() string {
+	switch {
+	case ps.Crashed:
+		return "crashed"
+	case ps.Inside:
+		return "inside"
+	case ps.Waiting:
+		return "waiting"
+	}
+	return "idle"
+}
+
 // InFlight is a message in flight and its serial number.
 type InFlight struct {
 	Seq uint64
@@ -1448,17 +1462,7 @@ func appendMessage(b []byte, m Message) []byte {
 func (w *World) String() string {
 	var b strings.Builder
 	for p := range w.n {
-		st := w.Peer(p)
-		status := "idle"
-		switch {
-		case st.Crashed:
-			status = "crashed"
-		case st.Inside:
-			status = "inside"
-		case st.Waiting:
-			status = "waiting"
-		}
-		fmt.Fprintf(&b, "P%d %s:", p, status)
+		fmt.Fprintf(&b, "P%d %s:", p, w.Peer(p).State())
 		for _, f := range w.Describe(p) {
 			fmt.Fprintf(&b, " %s=%s", f.Name, f.Value)
 		}

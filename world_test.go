@@ -203,3 +203,16 @@ func TestStateEncodingIsFaithful(t *testing.T) {
 		})
 	}
 }
+
+func TestPeerStatusState(t *testing.T) {
+	for want, ps := range map[string]PeerStatus{
+		"idle":    {},
+		"waiting": {Waiting: true},
+		"inside":  {Inside: true, Waiting: true},
+		"crashed": {Crashed: true, Inside: true},
+	} {
+		if got := ps.State(); got != want {
+			t.Errorf("%+v.State() = %q, want %q", ps, got, want)
+		}
+	}
+}

@@ -216,15 +216,7 @@ func assertMatches(t *testing.T, ctx context.Context, w *dmutex.World, step stri
 	require.Len(t, got.Peers, w.N(), step)
 	for p := range w.N() {
 		ps := w.Peer(p)
-		status := "idle"
-		switch {
-		case ps.Crashed:
-			status = "crashed"
-		case ps.Inside:
-			status = "inside"
-		case ps.Waiting:
-			status = "waiting"
-		}
+		status := ps.State()
 		assert.Equal(t, status, got.Peers[p].Status, "%s: P%d's status", step, p)
 		var fields [][2]string
 		for _, f := range w.Describe(p) {

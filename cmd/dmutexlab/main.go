@@ -290,15 +290,7 @@ func (r *run) view() runView {
 	}
 	for p := range w.N() {
 		ps := w.Peer(p)
-		status := "idle"
-		switch {
-		case ps.Crashed:
-			status = "crashed"
-		case ps.Inside:
-			status = "inside"
-		case ps.Waiting:
-			status = "waiting"
-		}
+		status := ps.State()
 		fields := w.Describe(p)
 		if fields == nil {
 			fields = []dmutex.Field{}
