@@ -16,14 +16,14 @@ import (
 // largest cluster (dmutex.MaxPeers) takes about 60 KiB.
 const DefaultMaxFrameSize = 256 << 10
 
-// MaxFence is the largest fencing token a frame may carry; a receiver
+// MaxFence is the largest fencing token a frame may carry: the library's
+// own bound, [dmutex.MaxFence], past which no peer counts. A receiver
 // refuses a frame above it and closes its stream, and Send refuses such a
-// message. No cluster counts that far (one entry per nanosecond would
-// take 292 years), so a larger value can only be forged or corrupt, and
-// it could push a receiving peer's fence towards wrapping around. How far
-// one message may move a fence beyond the receiver's own is the peer's
-// rule, not the wire's.
-const MaxFence = 1 << 63
+// message, so a forged or corrupt value is stopped at the wire rather than
+// passed on to a peer that would refuse it anyway. How far one message may
+// move a fence beyond the receiver's own ([dmutex.FenceWindow]) is the
+// peer's rule, not the wire's.
+const MaxFence = dmutex.MaxFence
 
 // errFrame is wrapped by every error about a frame a receiver refuses.
 var errFrame = errors.New("dmutex: bad frame")
