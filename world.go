@@ -55,6 +55,8 @@ type World struct {
 	outstanding int    // requests made (by Request or a transition) and not yet completed by a leave
 	idle        int    // deliveries since the last entry or exit
 	refusedAt   int    // the step in which a try was last refused
+	enteredAt   int    // the step in which a machine last entered, allowed or not
+	enteredBy   int    // the peer whose machine entered then
 	err         error  // the first violation
 
 	tokens   bool // the machines implement tokenHolder
@@ -258,8 +260,9 @@ func (t Transition) String() string {
 	return fmt.Sprintf("Transition(%d)", uint8(t.Kind))
 }
 
-// A Step is what one Apply did: the transition taken, the peer that
-// entered in it (or -1), whether the try of the transition's peer was
+// A Step is what one Apply did: the transition taken, the peer whose
+// machine entered in it (or -1; also when the entry broke a promise, so
+// that the trace of a safety violation shows who went in), whether the try of the transition's peer was
 // refused in it, and, when the world records a trace, its events.
 type Step struct {
 	Transition Transition
@@ -747,7 +750,6 @@ func (w *World) Apply(t Transition) (Step, error) {
 func (w *World) apply(t Transition) (Step, error) {
 	w.step++
 	w.mark = len(w.events)
-	before := w.entries
 	switch t.Kind {
 	case TransRequest:
 		if w.peers[t.Peer].budget > 0 {
@@ -794,8 +796,8 @@ func (w *World) apply(t Transition) (Step, error) {
 		w.err = w.checkTokens()
 	}
 	st := Step{Transition: t, Entered: -1, Refused: w.refusedAt == w.step}
-	if w.entries != before && len(w.inside) > 0 {
-		st.Entered = w.inside[len(w.inside)-1]
+	if w.enteredAt == w.step {
+		st.Entered = w.enteredBy
 	}
 	if w.trace {
 		st.Events = slices.Clone(w.events[w.mark:])
@@ -1044,6 +1046,7 @@ func (w *World) deliver(e envelope) {
 }
 
 func (w *World) enter(peer int, cause eventKind) {
+	w.enteredAt, w.enteredBy = w.step, peer
 	p := &w.peers[peer]
 	switch {
 	case cause == evRelease:
