@@ -325,17 +325,7 @@ const Unlimited = -1
 // be Unlimited. The default is none: requests come only from
 // World.Request. It applies to NewWorld only.
 func WithRequests(k int) Option {
-	return Option{
-		name:  "WithRequests",
-		where: forWorld,
-		apply: func(c *config) error {
-			if k < Unlimited {
-				return fmt.Errorf("%w: WithRequests(%d): want zero or more, or Unlimited", ErrInvalidConfig, k)
-			}
-			c.requests = k
-			return nil
-		},
-	}
+	return budgetOption("WithRequests", k, func(c *config) *int { return &c.requests })
 }
 
 // WithTries lets every peer of a World make k tries, each as a transition
@@ -344,14 +334,20 @@ func WithRequests(k int) Option {
 // or it is refused, without waiting for a holder to leave. The default is
 // none. It applies to NewWorld only.
 func WithTries(k int) Option {
+	return budgetOption("WithTries", k, func(c *config) *int { return &c.tries })
+}
+
+// budgetOption is a World option that sets the budget field picks to k,
+// which must be zero or more, or Unlimited.
+func budgetOption(name string, k int, field func(*config) *int) Option {
 	return Option{
-		name:  "WithTries",
+		name:  name,
 		where: forWorld,
 		apply: func(c *config) error {
 			if k < Unlimited {
-				return fmt.Errorf("%w: WithTries(%d): want zero or more, or Unlimited", ErrInvalidConfig, k)
+				return fmt.Errorf("%w: %s(%d): want zero or more, or Unlimited", ErrInvalidConfig, name, k)
 			}
-			c.tries = k
+			*field(c) = k
 			return nil
 		},
 	}
