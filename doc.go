@@ -106,6 +106,13 @@
 // request is withdrawn as a cancelled one is, so the signal never lets
 // anyone in.
 //
+// With [WithRecovery] as well, the same signal is the failure detector of
+// the algorithm's crash recovery (Ricart-Agrawala's crash exclusion): a
+// suspicion steps the machine, which goes on without the suspected peer,
+// instead of ending the wait. The detector is imperfect, so a falsely
+// suspected peer may be inside while another enters; fences
+// ([Peer.Fence]) are what keeps a store safe then.
+//
 // # Failures
 //
 // The algorithms assume reliable peers and reliable channels, as their

@@ -138,10 +138,11 @@ const (
 	evMessage                      // msg arrived from another peer
 	evTry                          // the local user tries the critical section (TryLock)
 
-	// evSuspect and evTrust say that the runtime's failure detector
-	// suspects peer msg.From to have failed, or trusts it again
-	// (WithUnreachableAfter; see Peer.suspectLocked). No machine takes
-	// them yet: they are the form in which crash-tolerant machines will.
+	// evSuspect and evTrust say that the failure detector suspects peer
+	// msg.From to have failed, or trusts it again: the runtime's, from
+	// WithUnreachableAfter (see Peer.suspectLocked), or the checker's
+	// and the simulator's. Only machines built with WithRecovery act on
+	// them; the others ignore them.
 	evSuspect
 	evTrust
 )

@@ -90,6 +90,9 @@ func newConfig(alg Algorithm, n int, where scope, opts []Option) (*config, error
 			return nil, err
 		}
 	}
+	if cfg.recovery && where&(forCluster|forPeer) != 0 && cfg.unreachableAfter == 0 {
+		return nil, fmt.Errorf("%w: WithRecovery needs WithUnreachableAfter, the bound after which an unreachable peer is suspected", ErrInvalidConfig)
+	}
 	return cfg, nil
 }
 
@@ -116,17 +119,43 @@ func WithImplicitReplies() Option {
 	}
 }
 
+// recoveryAlgorithms are the algorithms whose machines implement crash
+// recovery: WithRecovery applies to them alone. An algorithm that gains a
+// recovery adds itself here, and nowhere else.
+var recoveryAlgorithms = []Algorithm{RicartAgrawala}
+
 // WithRecovery turns on the algorithm's crash recovery: the machine acts
 // on its failure detector's suspicions. Ricart-Agrawala: crash exclusion,
 // see [NewRicartAgrawala]. Without it the suspicions are ignored, and
-// nothing else changes: the same messages, the same counts. For now only
-// a World and Check feed the machines suspicions (CheckConfig.Detector),
-// so the option applies to them alone.
+// nothing else changes: the same messages, the same counts.
+//
+// The failure detector is the runtime's for a cluster and for NewPeer,
+// which then also need WithUnreachableAfter: a peer is suspected once it
+// has been unreachable for longer than that bound (the in-memory
+// network's Crash and Partition, the gRPC transport's broken connections
+// and keepalive pings), and trusted again when it answers. Each change
+// steps the machine, and whatever it sends is counted in Stats as any
+// message is. A suspected peer then no longer ends a wait with
+// ErrPeerUnreachable: the machine goes on without it. In a World and in
+// Check the detector is the checker's (CheckConfig.Detector).
+//
+// A real detector is imperfect: a peer that is slow, or cut off by a
+// partition, is suspected as a crashed one is. With a false suspicion
+// Ricart-Agrawala's crash exclusion may let two peers in at once (Check
+// finds the run; README, "Crash recovery, checked"), so a resource that
+// must stay consistent has to check fences (Peer.Fence, WithFenceFloor):
+// with recovery on, the first entry a peer makes after it starts to
+// suspect another takes its fencing token from a new epoch, the next
+// multiple of [FenceEpoch] plus one, so that, after one crash seen by a
+// perfect detector, every later fence is above every fence the crashed
+// peer handed out, even those it never told anyone of. With more
+// suspicions than one, or false ones, fences are not promised to
+// increase.
 func WithRecovery() Option {
 	return Option{
 		name:  "WithRecovery",
-		algs:  []Algorithm{RicartAgrawala},
-		where: forWorld,
+		algs:  recoveryAlgorithms,
+		where: forCluster | forPeer | forWorld,
 		apply: func(c *config) error { c.recovery = true; return nil },
 	}
 }

@@ -42,6 +42,7 @@ type Peer struct {
 	refused   uint64   // messages dropped unstepped: malformed, or a fence beyond the bound
 	fast      fastPath // re-entry without the mutex or the machine; see fastpath.go
 	reach     reach    // WithUnreachableAfter; see reach.go
+	recovery  bool     // WithRecovery: suspicions step the machine; set once
 
 	obs       Observer  // WithObserver; nil means none, and no clock is read
 	holdStart time.Time // when the current hold began, if obs is set
@@ -102,7 +103,7 @@ func isNil(v any) bool {
 }
 
 func startPeer(alg Algorithm, id, n int, m machine, tr Transport, cfg *config) *Peer {
-	p := &Peer{id: id, n: n, alg: alg, tr: tr, m: m, obs: cfg.observer, fence: cfg.fenceFloor}
+	p := &Peer{id: id, n: n, alg: alg, tr: tr, m: m, obs: cfg.observer, fence: cfg.fenceFloor, recovery: cfg.recovery}
 	if r, ok := tr.(Reachability); ok && cfg.unreachableAfter > 0 {
 		p.reach = reach{
 			r:         r,
@@ -606,7 +607,7 @@ func (p *Peer) takeLocked() {
 	}
 	p.requested = false
 	p.held = true
-	p.holdFence = p.nextFenceLocked()
+	p.holdFence = p.entryFenceLocked()
 	p.entries++
 }
 
@@ -616,7 +617,7 @@ func (p *Peer) takeLocked() {
 func (p *Peer) admitLocked() {
 	if len(p.waiters) == 0 {
 		p.requested = false
-		p.nextFenceLocked() // an entry all the same: fences stay ordered with entries
+		p.entryFenceLocked() // an entry all the same: fences stay ordered with entries
 		p.releaseLocked()
 		return
 	}

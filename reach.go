@@ -89,6 +89,7 @@ type reach struct {
 	stop  chan struct{} // closed by Close; set once
 
 	suspected []bool        // suspected[j]: j has been unreachable longer than after
+	epochDue  bool          // WithRecovery: a peer became suspected since the last entry
 	changed   chan struct{} // closed, and replaced, when a peer becomes suspected
 	needBuf   []int
 }
@@ -147,23 +148,66 @@ func (p *Peer) reassess() time.Duration {
 }
 
 // suspectLocked records that peer j is suspected to have failed, or
-// trusted again. This is where the crash-recovery work will step the
-// machine with event{kind: evSuspect or evTrust, msg: Message{From: j}};
-// for now the runtime only ends the waits that need j.
+// trusted again. Without WithRecovery it only ends the waits that need j.
+// With it, it steps the machine with the suspicion (evSuspect or evTrust,
+// from j), sends what the machine sends, and gives the critical section
+// to the oldest waiting caller if the machine entered; and the next entry
+// takes a fence of a new epoch (see entryFenceLocked).
 func (p *Peer) suspectLocked(j int, suspected bool) {
 	rc := &p.reach
 	rc.suspected[j] = suspected
+	if p.recovery {
+		if p.closed {
+			return
+		}
+		if suspected {
+			rc.epochDue = true
+		}
+		kind := evTrust
+		if suspected {
+			kind = evSuspect
+		}
+		p.interruptLocked() // the machine is about to change, as for a message
+		if p.stepLocked(event{kind: kind, msg: Message{From: j, To: p.id}}) {
+			p.admitLocked()
+		} else if p.out.refused {
+			p.tryRefusedLocked()
+		}
+		return
+	}
 	if suspected {
 		close(rc.changed)
 		rc.changed = make(chan struct{})
 	}
 }
 
+// FenceEpoch is the size of a fence epoch under WithRecovery: the first
+// entry a peer makes after it starts to suspect another takes the fence
+// k*FenceEpoch + 1, for the smallest k that puts it above every fence the
+// peer has seen.
+const FenceEpoch = 1 << 32
+
+// entryFenceLocked takes the fencing token of an entry: the next one, or,
+// with WithRecovery, for the first entry since a peer became suspected
+// while it still is, the first of the next epoch. A crashed peer may have
+// entered with a fence that nobody heard of, one above the highest its
+// permissions carried; the epoch puts every later fence above it.
+func (p *Peer) entryFenceLocked() uint64 {
+	rc := &p.reach
+	if rc.epochDue {
+		rc.epochDue = false
+		if slices.Contains(rc.suspected, true) && p.fence < MaxFence-FenceEpoch {
+			p.fence = (p.fence/FenceEpoch + 1) * FenceEpoch
+		}
+	}
+	return p.nextFenceLocked()
+}
+
 // unreachableLocked returns the error for a request that needs a suspected
 // peer, or nil. It is nil when the peer does not watch reachability.
 func (p *Peer) unreachableLocked() error {
 	rc := &p.reach
-	if rc.r == nil || !slices.Contains(rc.suspected, true) {
+	if rc.r == nil || p.recovery || !slices.Contains(rc.suspected, true) {
 		return nil
 	}
 	if nd, ok := p.m.(needer); ok {
@@ -200,9 +244,10 @@ func (p *Peer) entersAtOnceLocked(kind eventKind) bool {
 }
 
 // suspicionsLocked returns the channel that is closed when a peer becomes
-// suspected next, or nil if the peer does not watch reachability.
+// suspected next, or nil if the peer does not watch reachability or
+// recovers from suspicions (WithRecovery) instead of giving up.
 func (p *Peer) suspicionsLocked() <-chan struct{} {
-	if p.reach.r == nil {
+	if p.reach.r == nil || p.recovery {
 		return nil
 	}
 	return p.reach.changed

@@ -51,8 +51,9 @@ import (
 // once the replies it deferred while trying. A lone peer enters with no
 // message.
 //
-// WithRecovery turns on crash exclusion, which needs a failure detector
-// (for now the checker's, CheckConfig.Detector). A peer stops waiting for
+// WithRecovery turns on crash exclusion, which needs a failure detector:
+// the runtime's (WithUnreachableAfter), or the checker's
+// (CheckConfig.Detector). A peer stops waiting for
 // the reply of a peer it suspects: while it suspects j, j counts as
 // having replied, to the request outstanding and to later ones. It costs
 // no message. A suspected peer that turns out alive is served as before:

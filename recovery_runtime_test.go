@@ -1,0 +1,214 @@
+package dmutex
+
+import (
+	"context"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// recoveryCluster starts n Ricart-Agrawala peers with crash exclusion and
+// the in-memory network's detector.
+func recoveryCluster(t *testing.T, n int) *Cluster {
+	t.Helper()
+	c, err := New(RicartAgrawala, n, WithRecovery(), WithUnreachableAfter(unreachableAfter))
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, c.Close()) })
+	return c
+}
+
+// TestRecoveryOptions checks where WithRecovery applies: to the
+// algorithms with a recovery, and, for a cluster or NewPeer, only with
+// the detector WithUnreachableAfter gives.
+func TestRecoveryOptions(t *testing.T) {
+	_, err := New(RicartAgrawala, 3, WithRecovery())
+	require.ErrorIs(t, err, ErrInvalidConfig)
+	assert.ErrorContains(t, err, "WithRecovery needs WithUnreachableAfter")
+
+	nw := NewChanNetwork(2)
+	defer nw.Close()
+	_, err = NewPeer(RicartAgrawala, 0, 2, nw.Endpoint(0), WithRecovery())
+	require.ErrorIs(t, err, ErrInvalidConfig)
+
+	_, err = New(Lamport, 3, WithRecovery(), WithUnreachableAfter(time.Second))
+	require.ErrorIs(t, err, ErrInvalidConfig)
+	assert.ErrorContains(t, err, "option WithRecovery does not apply to lamport")
+
+	p, err := NewPeer(RicartAgrawala, 1, 2, nw.Endpoint(1), WithRecovery(), WithUnreachableAfter(time.Second))
+	require.NoError(t, err)
+	require.NoError(t, p.Close())
+}
+
+// TestRecoverySameCounts checks that crash exclusion costs nothing while
+// nobody fails: one entry at a time costs what closedForms says it costs
+// without the option, at every size.
+func TestRecoverySameCounts(t *testing.T) {
+	form := closedForms[0]
+	require.Equal(t, "ricart-agrawala", form.v.name)
+	for _, n := range []int{2, 3, 5} {
+		t.Run("n="+strconv.Itoa(n), func(t *testing.T) {
+			c := recoveryCluster(t, n)
+			for id := range n {
+				before := c.Stats()
+				p := c.Peer(id)
+				lockWithin(t, p, time.Minute)
+				p.Unlock()
+				waitQuiet(t, c)
+				got := c.Stats().Sub(before)
+				assert.Equal(t, uint64(1), got.Entries)
+				assert.Equal(t, form.want(n, id), nonNil(got.ByKind), "peer %d", id)
+				assert.Less(t, p.(*Peer).fence, uint64(FenceEpoch), "no suspicion, no new epoch")
+			}
+		})
+	}
+}
+
+// waitSuspected waits, with a generous deadline, until peer p suspects
+// exactly the peers in want.
+func waitSuspected(t *testing.T, p Locker, want []int) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for !equalInts(p.(*Peer).Suspected(), want) {
+		require.False(t, time.Now().After(deadline), "peer %d suspects %v, want %v", p.ID(), p.(*Peer).Suspected(), want)
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func equalInts(a, b []int) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// TestRecoveryCrash crashes a peer of a 4-peer cluster with crash
+// exclusion on, idle or inside the critical section, and checks that the
+// survivors go on entering, one after another, each entry costing n-1
+// requests (the crashed peer's is lost, but was handed to the transport)
+// and n-2 replies; that the first fence after the crash is of a new epoch
+// and fences increase in entry order.
+func TestRecoveryCrash(t *testing.T) {
+	const n, crashed, rounds = 4, 3, 3
+	for _, inside := range []bool{false, true} {
+		t.Run("inside="+strconv.FormatBool(inside), func(t *testing.T) {
+			c := recoveryCluster(t, n)
+			dead := c.Peer(crashed)
+			lockWithin(t, dead, time.Minute)
+			deadFence := dead.(*Peer).Fence()
+			if !inside {
+				dead.Unlock()
+			}
+			waitQuiet(t, c)
+			require.NoError(t, c.Network().Crash(crashed))
+
+			before := c.Stats()
+			var last uint64
+			for round := range rounds {
+				for id := range n - 1 {
+					p := c.Peer(id)
+					ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+					err := p.LockContext(ctx) // never ErrPeerUnreachable: the machine goes on without it
+					cancel()
+					require.NoError(t, err, "round %d peer %d", round, id)
+					f := p.(*Peer).Fence()
+					if round == 0 && id == 0 {
+						assert.Equal(t, uint64(FenceEpoch+1), f, "first entry after the suspicion")
+					}
+					assert.Greater(t, f, max(last, deadFence), "round %d peer %d", round, id)
+					last = f
+					p.Unlock()
+				}
+			}
+			for id := range n - 1 {
+				waitSuspected(t, c.Peer(id), []int{crashed})
+			}
+			got := c.Stats().Sub(before)
+			entries := uint64(rounds * (n - 1))
+			assert.Equal(t, entries, got.Entries)
+			assert.Equal(t, map[string]uint64{"request": entries * (n - 1), "reply": entries * (n - 2)}, nonNil(got.ByKind))
+		})
+	}
+}
+
+// TestRecoveryContention has the survivors of a crash contend, two
+// callers each, around a guard: nobody overlaps, and every call enters.
+func TestRecoveryContention(t *testing.T) {
+	const n, crashed, rounds = 4, 0, 20
+	c := recoveryCluster(t, n)
+	require.NoError(t, c.Network().Crash(crashed))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var g guard
+	errs := make(chan error, 2*(n-1))
+	for id := 1; id < n; id++ {
+		p := c.Peer(id)
+		for range 2 {
+			go func() {
+				for range rounds {
+					if err := p.LockContext(ctx); err != nil {
+						errs <- err
+						return
+					}
+					err := g.enter(p.ID())
+					g.leave()
+					p.Unlock()
+					if err != nil {
+						errs <- err
+						return
+					}
+				}
+				errs <- nil
+			}()
+		}
+	}
+	for range 2 * (n - 1) {
+		require.NoError(t, <-errs)
+	}
+	assert.Equal(t, 2*(n-1)*rounds, g.counter)
+	assert.Equal(t, uint64(2*(n-1)*rounds), c.Stats().Entries)
+}
+
+// TestRecoveryTrustAgain cuts a peer off, lets the others enter without
+// it, heals the partition and checks that, trusted again, it is needed
+// again: every entry then costs 2(n-1) messages, its own included, and
+// its first entry comes after all the others'.
+func TestRecoveryTrustAgain(t *testing.T) {
+	const n, cut = 3, 2
+	c := recoveryCluster(t, n)
+	require.NoError(t, c.Network().Partition([]int{cut}))
+	for id := range n - 1 {
+		waitSuspected(t, c.Peer(id), []int{cut})
+	}
+	var last uint64
+	for id := range n - 1 {
+		p := c.Peer(id)
+		lockWithin(t, p, time.Minute)
+		last = p.(*Peer).Fence()
+		p.Unlock()
+	}
+	c.Network().Heal()
+	for id := range n {
+		waitSuspected(t, c.Peer(id), nil)
+	}
+	for id := range n {
+		before := c.Stats()
+		p := c.Peer(id)
+		lockWithin(t, p, time.Minute)
+		f := p.(*Peer).Fence()
+		assert.Greater(t, f, last, "peer %d", id)
+		last = f
+		p.Unlock()
+		// Its n-1 replies were sent before it entered, and nothing else
+		// is in flight: the requests lost to the partition are gone.
+		got := c.Stats().Sub(before)
+		assert.Equal(t, map[string]uint64{"request": n - 1, "reply": n - 1}, nonNil(got.ByKind), "peer %d", id)
+	}
+}
