@@ -1,7 +1,8 @@
 // Command dmutexpeer runs one peer of a dmutex cluster in its own process,
 // over the gRPC transport, and takes the lock a given number of times.
 // Each entry appends a begin and an end line to a log file that all peers
-// share, so that a checker can see whether two entries ever overlapped.
+// share, so that a checker can see whether two entries ever overlapped,
+// and when each peer asked, entered and left.
 //
 // Usage:
 //
@@ -24,6 +25,24 @@
 // (dmutex.WithFenceFloor). Every fence of a restarted cluster is then
 // above every fence the old one handed out.
 //
+// The log's lines are
+//
+//	begin ID K FENCE ASKED ENTERED
+//	end ID K FENCE LEFT
+//
+// for entry K (from 0) of peer ID, with the fencing token it held.
+// ASKED is when the peer called Lock, ENTERED when Lock returned and LEFT
+// just before Unlock, in nanoseconds since the Unix epoch by the system's
+// clock, which the peers of one machine share: from them a reader gets
+// each entry's latency (ENTERED-ASKED) and the synchronization delay (an
+// exit's LEFT to the next entry's ENTERED while a peer was waiting).
+//
+// With -hold D each entry stays inside for D. With -think D a peer waits,
+// after each exit, a random time before it asks again: exponentially
+// distributed with mean D (seeded with -seed and the id), so that a
+// cluster of such peers makes requests as a Poisson process would, from
+// light load (D long against an entry) to saturation (the default, 0).
+//
 // Every peer waits until all are reachable before its first entry, and
 // after its last entry keeps serving the others until all have finished.
 // At exit it prints its message counts. It exits with status 1 on an
@@ -37,6 +56,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -65,6 +85,8 @@ type config struct {
 	key      string
 	ca       string
 	hold     time.Duration
+	think    time.Duration // -think: mean pause between an exit and the next request
+	seed     uint64
 	timeout  time.Duration
 	logLevel slog.Level
 	stateDir string // -state: where the fence floor is kept; "" for none
@@ -90,6 +112,8 @@ func parse(args []string, stderr io.Writer) (*config, error) {
 	fs.StringVar(&c.ca, "ca", "", "PEM certificate of the authority that signed every peer's certificate")
 	fs.BoolVar(&insecure, "insecure", false, "run without TLS: no encryption, and peers' ids are not checked")
 	fs.DurationVar(&c.hold, "hold", 0, "time to stay in the critical section on each entry")
+	fs.DurationVar(&c.think, "think", 0, "mean of the random pause, exponentially distributed, between an exit and the next request")
+	fs.Uint64Var(&c.seed, "seed", 1, "seed of the -think pauses (each peer mixes in its id)")
 	fs.DurationVar(&c.timeout, "timeout", 5*time.Minute, "give up if the whole run takes longer")
 	fs.BoolVar(&verbose, "v", false, "log reconnections and other transport events, not only warnings and errors")
 	fs.Usage = func() {
@@ -134,8 +158,8 @@ func parse(args []string, stderr io.Writer) (*config, error) {
 		return bad("give -cert, -key and -ca for mutual TLS, or -insecure")
 	}
 	c.tls = !insecure
-	if c.hold < 0 || c.timeout <= 0 {
-		return bad("-hold must not be negative and -timeout must be positive")
+	if c.hold < 0 || c.think < 0 || c.timeout <= 0 {
+		return bad("-hold and -think must not be negative and -timeout must be positive")
 	}
 	c.logLevel = slog.LevelWarn // refused handshakes and streams say why
 	if verbose {
@@ -218,15 +242,23 @@ func (c *config) run(ctx context.Context, stdout, stderr io.Writer) (err error) 
 	if err := tr.Barrier(ctx); err != nil {
 		return fmt.Errorf("waiting for the other peers: %w", err)
 	}
+	rng := rand.New(rand.NewPCG(c.seed, uint64(c.id)))
 	start := time.Now()
 	for k := range c.entries {
+		if k > 0 && c.think > 0 {
+			if err := sleep(ctx, time.Duration(rng.ExpFloat64()*float64(c.think))); err != nil {
+				return fmt.Errorf("entry %d: %w", k, err)
+			}
+		}
+		asked := time.Now()
 		if err := p.LockContext(ctx); err != nil {
 			return fmt.Errorf("entry %d: %w", k, err)
 		}
+		entered := time.Now()
 		fence := p.Fence()
 		err := c.saveFence(fence) // before the fence is used: the file is never behind the log
 		if err == nil {
-			err = c.entry(log, k, fence)
+			err = c.entry(log, k, fence, asked, entered)
 		}
 		p.Unlock()
 		if err != nil {
@@ -296,15 +328,28 @@ func (c *config) saveFence(fence uint64) error {
 	return err
 }
 
-// entry writes one entry's lines. Each line is one write to a file opened
-// with O_APPEND, so lines from different processes never mix.
-func (c *config) entry(log *os.File, k int, fence uint64) error {
-	if _, err := fmt.Fprintf(log, "begin %d %d %d\n", c.id, k, fence); err != nil {
+// entry writes one entry's lines (see the package comment). Each line is
+// one write to a file opened with O_APPEND, so lines from different
+// processes never mix.
+func (c *config) entry(log *os.File, k int, fence uint64, asked, entered time.Time) error {
+	if _, err := fmt.Fprintf(log, "begin %d %d %d %d %d\n", c.id, k, fence, asked.UnixNano(), entered.UnixNano()); err != nil {
 		return err
 	}
 	if c.hold > 0 {
 		time.Sleep(c.hold)
 	}
-	_, err := fmt.Fprintf(log, "end %d %d %d\n", c.id, k, fence)
+	_, err := fmt.Fprintf(log, "end %d %d %d %d\n", c.id, k, fence, time.Now().UnixNano())
 	return err
+}
+
+// sleep waits for d, or until ctx is done.
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }

@@ -45,6 +45,7 @@ func TestBadFlags(t *testing.T) {
 		{"half of TLS", []string{"-id", "0", "-peers", "127.0.0.1:1", "-log", "x", "-cert", "c"}, "give -cert, -key and -ca"},
 		{"TLS and insecure", append(ok, "-cert", "c", "-key", "k", "-ca", "a"), "exclusive"},
 		{"zero timeout", append(ok, "-timeout", "0s"), "-timeout must be positive"},
+		{"negative think", append(ok, "-think", "-1s"), "-think must not be negative"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -84,6 +85,23 @@ func TestSinglePeer(t *testing.T) {
 	require.Equal(t, 0, code, stderr.String())
 	assert.Contains(t, stdout.String(), "entries=5 messages=0")
 	checkLog(t, logPath, 1, 5)
+
+	// Each entry's times are in order: asked, entered, left, and the
+	// next asked after (no -think: at once).
+	b, err := os.ReadFile(logPath)
+	require.NoError(t, err)
+	es, err := parseTimes(string(b))
+	require.NoError(t, err)
+	require.Len(t, es, 5)
+	for i, e := range es {
+		assert.Equal(t, i, e.k)
+		assert.Positive(t, e.asked)
+		assert.LessOrEqual(t, e.asked, e.entered, "entry %d", i)
+		assert.LessOrEqual(t, e.entered, e.left, "entry %d", i)
+		if i > 0 {
+			assert.LessOrEqual(t, es[i-1].left, e.asked, "entry %d", i)
+		}
+	}
 }
 
 // freeAddrs returns n loopback addresses whose ports were free a moment
