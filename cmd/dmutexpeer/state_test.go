@@ -44,7 +44,7 @@ func fences(t *testing.T, path string) []uint64 {
 	b, err := os.ReadFile(path)
 	require.NoError(t, err)
 	var fs []uint64
-	for _, m := range regexp.MustCompile(`(?m)^begin \d+ \d+ (\d+)$`).FindAllStringSubmatch(string(b), -1) {
+	for _, m := range regexp.MustCompile(`(?m)^begin \d+ \d+ (\d+) `).FindAllStringSubmatch(string(b), -1) {
 		f, err := strconv.ParseUint(m[1], 10, 64)
 		require.NoError(t, err)
 		fs = append(fs, f)
