@@ -795,7 +795,7 @@ type inStream struct {
 	last  atomic.Uint64 // highest sequence number delivered on this stream
 	armed atomic.Bool   // an acknowledgement of last is due within ackDelay
 	kick  chan struct{} // buffered 1: armed became true
-	now   chan uint32   // a barrier round (or 0 for the hello) to acknowledge at once
+	now   chan struct{} // acknowledge at once: the hello or a barrier marker
 	end   chan error    // buffered 1: the reader's result
 	fatal error         // set by the reader before end when it refused the stream for good
 }
@@ -808,7 +808,7 @@ func (s linkServer) Connect(stream wirepb.Link_ConnectServer) error {
 	}
 	defer t.wg.Done()
 	is := &inStream{t: t, stream: stream, from: -1,
-		kick: make(chan struct{}, 1), now: make(chan uint32), end: make(chan error, 1)}
+		kick: make(chan struct{}, 1), now: make(chan struct{}), end: make(chan error, 1)}
 	t.wg.Add(1) // the handler's own count keeps wg above zero here
 	go func() {
 		defer t.wg.Done()
@@ -843,25 +843,38 @@ func (is *inStream) acknowledge() error {
 			if err := ack(false); err != nil {
 				return t.streamEnd(is.from, err)
 			}
-		case r := <-is.now:
+		case <-is.now:
 			if err := ack(true); err != nil {
 				return t.streamEnd(is.from, err)
-			}
-			if r != 0 {
-				is.barrierSeen(r)
 			}
 		case err := <-is.end:
 			if is.fatal != nil {
 				// Give up only now: a Barrier that returns at this and
 				// closes the transport must not cut the refusal off.
 				t.fail(is.fatal)
+				return err
+			}
+			if t.isClosed() {
+				// The reader saw Close first: flush as below.
+				is.flush(ack, acked)
 			}
 			return err
 		case <-t.done:
-			// Flush what was delivered, so the sender can forget it.
-			_ = ack(false)
+			is.flush(ack, acked)
 			return nil
 		}
+	}
+}
+
+// flush sends, at Close, the acknowledgement of what was delivered, so
+// the sender can forget it, and so that a sender in Barrier gets the
+// acknowledgement of its marker: this side may have recorded the marker
+// and passed its own Barrier before the handler acknowledged it, and an
+// acknowledgement carried on a frame the other way may be cut off by the
+// close.
+func (is *inStream) flush(ack func(force bool) error, acked bool) {
+	if acked { // the hello was acknowledged: the stream was accepted
+		_ = ack(true)
 	}
 }
 
@@ -885,25 +898,12 @@ func atomicMax(a *atomic.Uint64, v uint64) {
 	}
 }
 
-// barrierSeen records a barrier marker, once its acknowledgement is on its
-// way, so that a Barrier that completes here and closes the transport does
-// not leave the marker's sender waiting for it.
-func (is *inStream) barrierSeen(r uint32) {
-	t := is.t
-	in := t.in[is.from]
-	in.mu.Lock()
-	if in.epoch == is.epoch {
-		in.barrier = max(in.barrier, r)
-	}
-	in.mu.Unlock()
-	t.changed()
-}
-
-// ackNow asks the handler to acknowledge at once, and to record barrier
-// round r if r > 0. It reports false if the stream or the transport ended.
-func (is *inStream) ackNow(r uint32) bool {
+// ackNow asks the handler to acknowledge at once: the hello, so the sender
+// learns where the stream resumes, and barrier markers, which a Barrier
+// waits for. It reports false if the stream or the transport ended.
+func (is *inStream) ackNow() bool {
 	select {
-	case is.now <- r:
+	case is.now <- struct{}{}:
 		return true
 	case <-is.stream.Context().Done():
 	case <-is.t.done:
@@ -962,7 +962,7 @@ func (is *inStream) read() error {
 	}
 	is.last.Store(in.last)
 	in.mu.Unlock()
-	if !is.ackNow(0) {
+	if !is.ackNow() {
 		return nil
 	}
 
@@ -1007,11 +1007,19 @@ func (is *inStream) read() error {
 			}
 		}
 		in.last = seq
+		if !isMsg {
+			// Record the marker before anything can acknowledge it: the
+			// acknowledgement may ride on a frame the other way (carryAck
+			// reads ackLast), and its sender may then pass its Barrier
+			// and close, ending this stream before the handler could.
+			in.barrier = max(in.barrier, f.GetBarrier())
+		}
 		in.ackLast.Store(seq)
 		in.mu.Unlock()
 		is.last.Store(seq)
 		if !isMsg {
-			if !is.ackNow(f.GetBarrier()) {
+			t.changed()
+			if !is.ackNow() {
 				return nil
 			}
 			continue

@@ -593,3 +593,31 @@ func TestAcksRideOnFrames(t *testing.T) {
 	receive(t, trs[1], 1, 10*time.Second)
 	require.Eventually(t, func() bool { return trs[1].unacked(0) == 0 }, 10*time.Second, time.Millisecond)
 }
+
+// TestBarrierThenClose has every peer pass a barrier and close at once,
+// as dmutexpeer does at the end of a run, many times over. A marker's
+// acknowledgement may ride on the receiver's own marker the other way, so
+// its sender can pass and close before the receiver has recorded the
+// marker: the receiver must not then wait for it for ever.
+func TestBarrierThenClose(t *testing.T) {
+	const n, rounds = 3, 40
+	for round := range rounds {
+		ls, addrs := listeners(t, n)
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		var wg sync.WaitGroup
+		for i := range n {
+			tr, err := New(i, addrs, WithListener(ls[i]), Insecure(), fastRetry, quiet)
+			require.NoError(t, err)
+			wg.Go(func() {
+				assert.NoError(t, tr.Barrier(ctx), "round %d: peer %d", round, i)
+				assert.NoError(t, tr.Barrier(ctx), "round %d: peer %d, second barrier", round, i)
+				assert.NoError(t, tr.Close())
+			})
+		}
+		wg.Wait()
+		cancel()
+		if t.Failed() {
+			return
+		}
+	}
+}
