@@ -13,34 +13,38 @@ type Kind uint8
 
 // Message kinds. Their String forms are the keys of Stats.ByKind.
 const (
-	KindRequest    Kind = iota + 1 // ask for permission or for the token
-	KindReply                      // permission (Lamport, Ricart-Agrawala)
-	KindRelease                    // the sender left the critical section
-	KindGrant                      // the coordinator's permission (centralized)
-	KindToken                      // the token itself (Suzuki-Kasami, token ring)
-	KindPrivilege                  // Raymond's name for the token
-	KindLocked                     // a Maekawa voter's vote
-	KindInquire                    // a Maekawa voter asks for its vote back
-	KindFailed                     // a Maekawa voter says the request cannot win now
-	KindRelinquish                 // a Maekawa requester gives a vote back
-	KindTry                        // a TryLock request: answer at once, never defer it
-	KindBusy                       // the answer to a KindTry that cannot be granted now
-	numKinds                       // one past the last kind
+	KindRequest     Kind = iota + 1 // ask for permission or for the token
+	KindReply                       // permission (Lamport, Ricart-Agrawala)
+	KindRelease                     // the sender left the critical section
+	KindGrant                       // the coordinator's permission (centralized)
+	KindToken                       // the token itself (Suzuki-Kasami, token ring)
+	KindPrivilege                   // Raymond's name for the token
+	KindLocked                      // a Maekawa voter's vote
+	KindInquire                     // a Maekawa voter asks for its vote back
+	KindFailed                      // a Maekawa voter says the request cannot win now
+	KindRelinquish                  // a Maekawa requester gives a vote back
+	KindTry                         // a TryLock request: answer at once, never defer it
+	KindBusy                        // the answer to a KindTry that cannot be granted now
+	KindCoordinator                 // the sender takes over as coordinator (centralized failover)
+	KindStatus                      // a survivor tells the new coordinator what it holds (centralized failover)
+	numKinds                        // one past the last kind
 )
 
 var kindNames = [numKinds]string{
-	KindRequest:    "request",
-	KindReply:      "reply",
-	KindRelease:    "release",
-	KindGrant:      "grant",
-	KindToken:      "token",
-	KindPrivilege:  "privilege",
-	KindLocked:     "locked",
-	KindInquire:    "inquire",
-	KindFailed:     "failed",
-	KindRelinquish: "relinquish",
-	KindTry:        "try",
-	KindBusy:       "busy",
+	KindRequest:     "request",
+	KindReply:       "reply",
+	KindRelease:     "release",
+	KindGrant:       "grant",
+	KindToken:       "token",
+	KindPrivilege:   "privilege",
+	KindLocked:      "locked",
+	KindInquire:     "inquire",
+	KindFailed:      "failed",
+	KindRelinquish:  "relinquish",
+	KindTry:         "try",
+	KindBusy:        "busy",
+	KindCoordinator: "coordinator",
+	KindStatus:      "status",
 }
 
 // String returns the kind's lower-case name, such as "request".
@@ -121,6 +125,41 @@ type machine interface {
 // held by a machine or in flight.
 type tokenHolder interface {
 	hasToken() bool
+}
+
+// regenerator is implemented by token machines that can regenerate a lost
+// token (Suzuki-Kasami with WithRecovery). When regenerates is true,
+// several tokens may exist, one per epoch, old ones waiting to be
+// discarded where they arrive; the World then checks that no two tokens
+// of one epoch exist instead of exactly one token. heldEpoch returns the
+// epoch of the token the machine holds, and whether it holds one;
+// sentEpoch the epoch of a token message it sent.
+type regenerator interface {
+	regenerates() bool
+	heldEpoch() (uint64, bool)
+	sentEpoch(m Message) uint64
+}
+
+// fencer is implemented by machines whose recovery can let two peers in
+// at once (a falsely suspected holder and its successor), so that fences
+// must not come from the count of entries alone: nextFence returns the
+// fencing token of a hold that begins now, given the highest fence the
+// peer has seen, and must be larger than it. A machine without it takes
+// fence+1.
+type fencer interface {
+	nextFence(fence uint64) uint64
+}
+
+// epochFenceShift is where a Suzuki-Kasami epoch starts in a fence: the
+// holds of one epoch use the 2^32 fences above epoch<<32.
+const epochFenceShift = 32
+
+// nextFence returns the fence of a hold of m that begins now, after seen.
+func nextFence(m machine, seen uint64) uint64 {
+	if f, ok := m.(fencer); ok {
+		return f.nextFence(seen)
+	}
+	return seen + 1
 }
 
 // timestamped is implemented by machines that promise entries in

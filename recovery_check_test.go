@@ -13,45 +13,65 @@ var writeReadme = flag.Bool("dmutex.readme", false, "rewrite README.md's generat
 
 // recoveryRow is one configuration of the crash-recovery table.
 type recoveryRow struct {
+	alg     string // the algorithm's column
 	name    string
 	cfg     CheckConfig
 	holds   func(CheckResult) bool // what the row must show
 	explain bool                   // print the counterexample under the table
 }
 
-// recoveryRows are the rows of the README's crash-recovery table:
-// Ricart-Agrawala at n = 3, one request per peer, one crash of any peer
-// at any point.
+// recoveryRows are the rows of the README's crash-recovery table: each
+// recovery at n = 3, one request per peer, one crash of any peer at any
+// point, without recovery, with it under both detectors, and its naive
+// variant.
 func recoveryRows() []recoveryRow {
 	crash := CheckFaults{Crash: true, CrashPeer: AnyPeer}
-	base := func(opts []Option, d Detector) CheckConfig {
-		return CheckConfig{Algorithm: RicartAgrawala, N: 3, Requests: 1, Options: opts, Faults: crash, Detector: d}
-	}
 	perfect := Detector{Kind: DetectorPerfect}
-	return []recoveryRow{
-		{"no recovery, perfect detector", base(nil, perfect), func(r CheckResult) bool {
-			return r.Complete && r.Safe && !r.DeadlockFree && r.Violation != nil && r.Violation.Property == "deadlock"
-		}, false},
-		{"`WithRecovery()`, perfect detector", base([]Option{WithRecovery()}, perfect), func(r CheckResult) bool {
-			return r.Complete && r.Safe && r.DeadlockFree && r.StarvationFree && r.Liveness
-		}, false},
-		{"`WithRecovery()`, imperfect detector, 1 false suspicion", base([]Option{WithRecovery()}, Detector{Kind: DetectorImperfect, FalseSuspicions: 1}), func(r CheckResult) bool {
-			return !r.Safe && r.Violation != nil && r.Violation.Property == "safety"
-		}, true},
-		{"variant `ricart-agrawala-naive-exclusion`, perfect detector", CheckConfig{Variant: "ricart-agrawala-naive-exclusion"}, func(r CheckResult) bool {
+	imperfect := Detector{Kind: DetectorImperfect, FalseSuspicions: 1}
+	noRecovery := func(r CheckResult) bool {
+		return r.Complete && r.Safe && !r.DeadlockFree && r.Violation != nil && r.Violation.Property == "deadlock"
+	}
+	careful := func(r CheckResult) bool {
+		return r.Complete && r.Safe && r.DeadlockFree && r.StarvationFree && r.Liveness
+	}
+	unsafe := func(r CheckResult) bool {
+		return !r.Safe && r.Violation != nil && r.Violation.Property == "safety"
+	}
+	var rows []recoveryRow
+	for _, a := range []struct {
+		alg     Algorithm
+		name    string
+		variant string
+		naive   func(CheckResult) bool
+		explain bool // the naive variant's run goes under the table
+	}{
+		{RicartAgrawala, "Ricart-Agrawala", "ricart-agrawala-naive-exclusion", func(r CheckResult) bool {
 			return r.Safe && !r.DeadlockFree && r.Violation != nil && r.Violation.Property == "deadlock"
 		}, false},
+		{SuzukiKasami, "Suzuki-Kasami", "suzuki-kasami-naive-regeneration", unsafe, true},
+	} {
+		base := func(opts []Option, d Detector) CheckConfig {
+			return CheckConfig{Algorithm: a.alg, N: 3, Requests: 1, Options: opts, Faults: crash, Detector: d}
+		}
+		rows = append(rows,
+			recoveryRow{a.name, "no recovery, perfect detector", base(nil, perfect), noRecovery, false},
+			recoveryRow{a.name, "`WithRecovery()`, perfect detector", base([]Option{WithRecovery()}, perfect), careful, false},
+			recoveryRow{a.name, "`WithRecovery()`, imperfect detector, 1 false suspicion", base([]Option{WithRecovery()}, imperfect), unsafe, true},
+			recoveryRow{a.name, "variant `" + a.variant + "`, perfect detector", CheckConfig{Variant: a.variant}, a.naive, a.explain},
+		)
 	}
+	return rows
 }
 
-// TestCheckRecoveryRicart checks Ricart-Agrawala's crash exclusion
-// (WithRecovery) with both detectors, its absence and its naive variant,
-// and that README.md shows what the checker found (rewrite it with
+// TestCheckRecoveryRicart checks each recovery (WithRecovery:
+// Ricart-Agrawala's crash exclusion, Suzuki-Kasami's token regeneration)
+// with both detectors, its absence and its naive variant, and that
+// README.md shows what the checker found (rewrite it with
 // -dmutex.readme).
 func TestCheckRecoveryRicart(t *testing.T) {
 	var b strings.Builder
-	b.WriteString("| configuration | states | safe | deadlock free | starvation free | first violation |\n")
-	b.WriteString("| --- | --- | --- | --- | --- | --- |\n")
+	b.WriteString("| algorithm | configuration | states | safe | deadlock free | starvation free | first violation |\n")
+	b.WriteString("| --- | --- | --- | --- | --- | --- | --- |\n")
 	var notes strings.Builder
 	yes := func(ok bool, computed bool) string {
 		switch {
@@ -78,10 +98,10 @@ func TestCheckRecoveryRicart(t *testing.T) {
 		if v := res.Violation; v != nil {
 			first = fmt.Sprintf("%s after %d steps: `%s`", v.Property, len(v.Transitions), strings.Join(v.Transitions, " "))
 		}
-		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s |\n", row.name, thousands(res.States),
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s |\n", row.alg, row.name, thousands(res.States),
 			yes(res.Safe, true), yes(res.DeadlockFree, res.Safe), yes(res.StarvationFree, res.Liveness), first)
 		if row.explain && res.Violation != nil {
-			fmt.Fprintf(&notes, "\nThe run the checker found for %s (%s):\n\n", row.name, strings.TrimPrefix(res.Violation.Message, "dmutex: protocol violation: "))
+			fmt.Fprintf(&notes, "\nThe run the checker found for %s, %s (%s):\n\n", row.alg, row.name, strings.TrimPrefix(res.Violation.Message, "dmutex: protocol violation: "))
 			for i, l := range res.Violation.Trace {
 				fmt.Fprintf(&notes, "%d. %s\n", i+1, l)
 			}

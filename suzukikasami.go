@@ -54,6 +54,56 @@ import (
 // answers it again or queues it. So a try costs n messages, entered or
 // refused (n-1 tries and one token or busy). A token on its way to a
 // requester means a request goes first.
+//
+// WithRecovery turns on token regeneration with epochs, which needs a
+// failure detector (for now the checker's, CheckConfig.Detector). It
+// follows the regeneration of S. Nishio, K. F. Li and E. G. Manning ("A
+// time-out based resilient token transfer algorithm for mutual exclusion
+// in computer networks", ICDCS 1989), where one site collects the others'
+// state and makes a new token only if the old one is gone, and it
+// re-collects LN from the survivors as the bulletin-board recoveries do;
+// unlike the decentralized scheme of D. Manivannan and M. Singhal
+// (Computer Systems Science and Engineering 11(1), 1996), where a site
+// that waits too long asks every site to regenerate, one coordinator
+// acts at a time, and epochs, not timing, keep old tokens out. Every
+// token carries an epoch in Message.Ref (0 at the start). The
+// coordinator is the lowest id a peer does not suspect. On every change
+// of its suspicions (a suspected peer may have held the token, or been
+// sent it; one trusted again may have been left out with a request) it
+// starts epoch E, the next number above every epoch it knows whose
+// remainder modulo n is its own id, so that no two coordinators pick the
+// same, and sends a coordinator message (Ref E) to every other peer. A
+// peer that learns a newer epoch, from a coordinator message, a status or
+// a token, adopts it: it drops its claim to any token it holds and gives
+// up a round it was coordinating. Probed by E's coordinator, it answers
+// with a status: TS the number of its last satisfied request, Ref its
+// epoch, and its RN in Token.LN (a vector, not a token); a peer inside
+// when its claim is dropped sends its status when it leaves, and passes
+// no token on. A coordinator message of an older epoch is answered with a
+// status of the newer one, which makes that coordinator give up. When
+// every peer has sent its status or is suspected, the coordinator makes
+// the token of epoch E: LN[j] is the count j reported, or, for a peer that
+// did not report, the highest request number any survivor knew from it
+// (so its requests are not served, and a crashed peer never gets the
+// token); then it enters if it waits, or passes the token on to every
+// request above LN. A token of an epoch older than the receiver's is
+// discarded where it arrives; a token that comes for a request already
+// served is passed on at once. A status or coordinator message that is
+// malformed (no RN of n entries, a count above the sender's own request
+// number, or an epoch whose remainder is not its sender) is refused.
+//
+// Costs: nothing without suspicions; each round costs n-1 coordinator
+// messages, a status from each survivor, and the token's hop to the next
+// requester. With a perfect detector the new token exists only once every
+// live peer has adopted its epoch and left the critical section, so
+// mutual exclusion holds, and every surviving request is served (Check
+// at n = 3, one crash of any peer at any point, README "Crash recovery,
+// checked"). With an imperfect one a falsely suspected holder may still
+// be inside when the new token lets another peer in; fences order the
+// two, since the epoch is in a fence's high bits (README). The public
+// variant suzuki-kasami-naive-regeneration regenerates without waiting
+// for the statuses, and Check finds two peers inside with a perfect
+// detector.
 func NewSuzukiKasami(n int, opts ...Option) (*Cluster, error) {
 	return New(SuzukiKasami, n, opts...)
 }
@@ -75,6 +125,15 @@ type suzukiKasami struct {
 	inside  bool     // in the critical section (always with the token)
 
 	queued []bool // scratch for release and validToken: marks peers in the queue; not state
+
+	// Token regeneration (WithRecovery only; see NewSuzukiKasami).
+	recovery   bool
+	epoch      uint64   // highest epoch known; a token held is of this epoch
+	suspected  []bool   // suspected[j]: the failure detector suspects j
+	owe        bool     // inside, the claim dropped: a status is owed to epoch's coordinator at release
+	collecting bool     // coordinating epoch: waiting for the survivors' statuses
+	reported   []bool   // collecting: reported[j], j's status is in (or owed by this peer, for itself)
+	sat        []uint64 // collecting: sat[j], the number of j's last satisfied request, as j reported it
 }
 
 func newSuzukiKasami(id, n int, cfg *config) (machine, error) {
@@ -86,6 +145,10 @@ func newSuzukiKasami(id, n int, cfg *config) (machine, error) {
 	}
 	if id == 0 {
 		s.token = &Token{LN: make([]uint64, n)}
+	}
+	if cfg.recovery {
+		s.recovery = true
+		s.suspected = make([]bool, n)
 	}
 	return s, nil
 }
@@ -121,8 +184,33 @@ func (s *suzukiKasami) step(ev event, out *output) {
 				s.wanting, s.trying = false, false
 				out.refuse()
 			}
+		case KindCoordinator:
+			if s.recovery {
+				s.onCoordinator(m, out)
+			}
+		case KindStatus:
+			if s.recovery {
+				s.onStatus(m, out)
+			}
+		}
+	case evSuspect, evTrust:
+		if s.recovery {
+			s.onDetector(ev.msg.From, ev.kind == evSuspect, out)
 		}
 	}
+}
+
+// unsatisfied reports whether the token should go to peer j for its
+// request rn[j]. Without recovery a request is unsatisfied exactly when it
+// is the one after LN[j], as in the paper. With recovery a regenerated
+// token may under-count: a peer that did not report gets LN[j] = rn[j],
+// and one that did reports its own count, so any number above LN[j] is a
+// request to serve.
+func (s *suzukiKasami) unsatisfied(j int) bool {
+	if s.recovery {
+		return s.rn[j] > s.token.LN[j]
+	}
+	return s.rn[j] == s.token.LN[j]+1
 }
 
 // answerTries refuses, as the token's holder that is inside, every try
@@ -130,7 +218,7 @@ func (s *suzukiKasami) step(ev event, out *output) {
 func (s *suzukiKasami) answerTries(out *output) {
 	t := s.token
 	for j, try := range s.tries {
-		if try && j != s.id && s.rn[j] == t.LN[j]+1 {
+		if try && j != s.id && s.unsatisfied(j) {
 			t.LN[j] = s.rn[j]
 			out.send(Message{Kind: KindBusy, From: s.id, To: j, TS: s.rn[j]})
 		}
@@ -155,7 +243,7 @@ func (s *suzukiKasami) onRequest(j int, num uint64, try bool, out *output) {
 	}
 	// An outdated request (num <= LN[j]) leaves rn[j] == LN[j], so this
 	// test refuses it; the variant suzuki-kasami-outdated-token skips it.
-	if s.rn[j] == s.token.LN[j]+1 {
+	if s.unsatisfied(j) {
 		s.sendToken(j, out)
 	}
 }
@@ -167,6 +255,14 @@ func (s *suzukiKasami) onToken(m Message, out *output) {
 	if !s.validToken(m.Token) {
 		return // not a token of this cluster; a transport must not deliver it
 	}
+	if s.recovery {
+		switch {
+		case m.Ref < s.epoch:
+			return // a token of an older epoch: discarded
+		case m.Ref > s.epoch:
+			s.adopt(m.Ref, false)
+		}
+	}
 	if s.token != nil {
 		panic(fmt.Sprintf("dmutex: suzuki-kasami peer %d received a second token from peer %d", s.id, m.From))
 	}
@@ -176,6 +272,11 @@ func (s *suzukiKasami) onToken(m Message, out *output) {
 		s.inside = true
 		out.enter()
 		s.answerTries(out)
+	} else if s.recovery && !s.inside {
+		// With recovery a token may come for a request already served
+		// or refused (a regenerated LN under-counts): pass it on at once,
+		// since the requests that arrived before it would not move it.
+		s.pass(out)
 	}
 }
 
@@ -209,11 +310,27 @@ func (s *suzukiKasami) validToken(t *Token) bool {
 }
 
 // release records our request as satisfied, queues every peer with an
-// unsatisfied request, and hands the token to the head of the queue.
+// unsatisfied request, and hands the token to the head of the queue. With
+// recovery, a peer whose claim was dropped while it was inside (a new
+// epoch began) has no token to pass: it sends the status it owes instead.
 func (s *suzukiKasami) release(out *output) {
 	s.inside = false
+	if s.owe {
+		s.owe = false
+		s.report(s.epoch, out)
+	}
+	if s.token == nil {
+		return
+	}
+	s.token.LN[s.id] = s.rn[s.id]
+	s.pass(out)
+}
+
+// pass queues every peer with an unsatisfied request behind those
+// already queued, scanning from our successor round the ring, and sends
+// the token to the head of the queue; with an empty queue it keeps it.
+func (s *suzukiKasami) pass(out *output) {
 	t := s.token
-	t.LN[s.id] = s.rn[s.id]
 	if s.queued == nil {
 		s.queued = make([]bool, s.n)
 	}
@@ -222,7 +339,7 @@ func (s *suzukiKasami) release(out *output) {
 	}
 	for k := 1; k < s.n; k++ {
 		j := (s.id + k) % s.n
-		if !s.queued[j] && s.rn[j] == t.LN[j]+1 {
+		if !s.queued[j] && s.unsatisfied(j) {
 			t.Queue = append(t.Queue, j)
 		}
 	}
@@ -238,8 +355,182 @@ func (s *suzukiKasami) release(out *output) {
 
 // sendToken gives the token away; this machine never touches it again.
 func (s *suzukiKasami) sendToken(j int, out *output) {
-	out.send(Message{Kind: KindToken, From: s.id, To: j, Token: s.token})
+	out.send(Message{Kind: KindToken, From: s.id, To: j, Ref: s.epoch, Token: s.token})
 	s.token = nil
+}
+
+// Token regeneration (WithRecovery).
+
+// coordinator reports whether this peer is the lowest id it does not
+// suspect, the one that starts a new epoch.
+func (s *suzukiKasami) coordinator() bool {
+	return !slices.Contains(s.suspected[:s.id], false)
+}
+
+// onDetector records that peer j is suspected, or trusted again. A
+// coordinator that is not collecting starts a new epoch on every change:
+// a suspected peer may have held the token or been sent it, and a peer
+// trusted again may have been left out of the last epoch with a request
+// that epoch counted as served. A coordinator collecting stops waiting
+// for a peer it suspects, and waits again for one it trusts again (which
+// was sent the coordinator message, so its status comes).
+func (s *suzukiKasami) onDetector(j int, suspect bool, out *output) {
+	s.suspected[j] = suspect
+	switch {
+	case s.collecting:
+		s.checkRound(out)
+	case s.coordinator():
+		s.startRound(out)
+	}
+}
+
+// startRound begins epoch E, the smallest above every epoch known whose
+// remainder modulo n is this peer's id, so that two coordinators never
+// pick the same epoch. It drops this peer's own claim to the old token,
+// tells every other peer (suspected or not) that it coordinates E, and
+// waits for the statuses of those it does not suspect.
+func (s *suzukiKasami) startRound(out *output) {
+	n := uint64(s.n)
+	s.adopt((s.epoch/n+1)*n+uint64(s.id), true)
+	s.collecting = true
+	if s.reported == nil {
+		s.reported = make([]bool, s.n)
+		s.sat = make([]uint64, s.n)
+	} else {
+		clear(s.reported)
+		clear(s.sat)
+	}
+	if !s.owe {
+		s.reported[s.id] = true
+		s.sat[s.id] = s.satisfied()
+	}
+	out.broadcast(s.id, s.n, Message{Kind: KindCoordinator, Ref: s.epoch})
+	s.checkRound(out)
+}
+
+// adopt moves this peer to epoch e, above its own: it abandons a round it
+// was collecting and drops its claim to the token of the older epoch.
+// When the drop comes with e's coordinator message (probed) and the peer
+// is inside, its status waits for the release.
+func (s *suzukiKasami) adopt(e uint64, probed bool) {
+	s.epoch = e
+	s.collecting = false
+	if s.token != nil {
+		s.token = nil
+	}
+	if probed && s.inside {
+		s.owe = true
+	}
+}
+
+// satisfied is the number of this peer's last satisfied request.
+func (s *suzukiKasami) satisfied() uint64 {
+	if s.wanting {
+		return s.rn[s.id] - 1
+	}
+	return s.rn[s.id]
+}
+
+// report sends this peer's status for epoch e to e's coordinator, or, if
+// that is this peer, counts it.
+func (s *suzukiKasami) report(e uint64, out *output) {
+	c := int(e % uint64(s.n))
+	if c == s.id {
+		if s.collecting && e == s.epoch {
+			s.reported[s.id] = true
+			s.sat[s.id] = s.satisfied()
+			s.checkRound(out)
+		}
+		return
+	}
+	out.send(Message{Kind: KindStatus, From: s.id, To: c, TS: s.satisfied(), Ref: s.epoch,
+		Token: &Token{LN: slices.Clone(s.rn)}})
+}
+
+// onCoordinator handles peer m.From's message that it coordinates epoch
+// m.Ref. An older epoch is answered with a status of ours, whose newer
+// epoch makes that coordinator give up. A newer one is adopted; then the
+// peer reports, or, inside with its claim dropped, owes the status until
+// it leaves.
+func (s *suzukiKasami) onCoordinator(m Message, out *output) {
+	e := m.Ref
+	if e == 0 || e%uint64(s.n) != uint64(m.From) {
+		return // not an epoch the sender may coordinate: refused
+	}
+	if e < s.epoch {
+		out.send(Message{Kind: KindStatus, From: s.id, To: m.From, TS: s.satisfied(), Ref: s.epoch,
+			Token: &Token{LN: slices.Clone(s.rn)}})
+		return
+	}
+	if e > s.epoch {
+		s.adopt(e, true)
+	}
+	if s.inside && s.token == nil {
+		s.owe = true
+		return
+	}
+	s.report(e, out)
+}
+
+// onStatus takes peer m.From's status: TS, the number of its last
+// satisfied request, and in Token.LN its RN (not a token).
+func (s *suzukiKasami) onStatus(m Message, out *output) {
+	if m.Token == nil || len(m.Token.LN) != s.n || len(m.Token.Queue) != 0 || m.TS > m.Token.LN[m.From] {
+		return // malformed: refused
+	}
+	switch {
+	case m.Ref > s.epoch:
+		s.adopt(m.Ref, false)
+		return
+	case m.Ref < s.epoch || !s.collecting || s.reported[m.From]:
+		return // for an older epoch, or late
+	}
+	s.reported[m.From] = true
+	s.sat[m.From] = m.TS
+	for j, v := range m.Token.LN {
+		if v > s.rn[j] {
+			s.rn[j], s.tries[j] = v, false
+		}
+	}
+	s.checkRound(out)
+}
+
+// checkRound regenerates the token once every peer has reported or is
+// suspected.
+func (s *suzukiKasami) checkRound(out *output) {
+	for j := range s.n {
+		if !s.reported[j] && !s.suspected[j] {
+			return
+		}
+	}
+	s.regenerate(out)
+}
+
+// regenerate ends the round: the token of the new epoch gets, for each
+// peer that reported, the number it reported as satisfied, and for any
+// other, the highest request number known from it, which no survivor
+// then serves. Its queue is empty: pass queues every request above LN.
+// The coordinator enters if it waits, and else passes the token on.
+func (s *suzukiKasami) regenerate(out *output) {
+	s.collecting = false
+	ln := make([]uint64, s.n)
+	for j := range s.n {
+		if s.reported[j] {
+			ln[j] = s.sat[j]
+		} else {
+			ln[j] = s.rn[j]
+		}
+	}
+	s.token = &Token{LN: ln}
+	switch {
+	case s.wanting:
+		s.wanting, s.trying = false, false
+		s.inside = true
+		out.enter()
+		s.answerTries(out)
+	case !s.inside:
+		s.pass(out)
+	}
 }
 
 // idleViolation reports what this peer still keeps once the cluster is at
@@ -250,6 +541,8 @@ func (s *suzukiKasami) idleViolation() string {
 		return "keeps a request"
 	case s.token != nil && len(s.token.Queue) > 0:
 		return fmt.Sprintf("keeps token queue %v", s.token.Queue)
+	case s.collecting || s.owe:
+		return fmt.Sprintf("keeps the round of epoch %d (collecting %v, status owed %v)", s.epoch, s.collecting, s.owe)
 	}
 	return ""
 }
@@ -262,6 +555,9 @@ func (s *suzukiKasami) clone() machine {
 	c.tries = append([]bool(nil), s.tries...)
 	c.token = s.token.clone()
 	c.queued = nil
+	c.suspected = slices.Clone(s.suspected)
+	c.reported = slices.Clone(s.reported)
+	c.sat = slices.Clone(s.sat)
 	return &c
 }
 
@@ -275,7 +571,18 @@ func (s *suzukiKasami) appendState(b []byte) []byte {
 	}
 	b = appendBool(b, s.wanting)
 	b = appendBool(b, s.trying)
-	return appendBool(b, s.inside)
+	b = appendBool(b, s.inside)
+	if s.recovery {
+		b = appendUint(b, s.epoch)
+		b = appendBools(b, s.suspected)
+		b = appendBool(b, s.owe)
+		b = appendBool(b, s.collecting)
+		if s.collecting {
+			b = appendBools(b, s.reported)
+			b = appendUints(b, s.sat)
+		}
+	}
+	return b
 }
 
 func (s *suzukiKasami) describe() []Field {
@@ -293,5 +600,39 @@ func (s *suzukiKasami) describe() []Field {
 	if s.token != nil {
 		fs = append(fs, Field{"LN", fmt.Sprint(s.token.LN)}, Field{"token queue", describePeers(s.token.Queue)})
 	}
+	if s.recovery {
+		var sus []int
+		for j, x := range s.suspected {
+			if x {
+				sus = append(sus, j)
+			}
+		}
+		fs = append(fs, Field{"epoch", fmt.Sprint(s.epoch)}, Field{"suspected", describePeers(sus)})
+		if s.owe {
+			fs = append(fs, Field{"status owed", "true"})
+		}
+		if s.collecting {
+			fs = append(fs, Field{"statuses in", fmt.Sprint(s.reported)})
+		}
+	}
 	return fs
+}
+
+// Token epochs, for the World's check that no two tokens share one.
+
+func (s *suzukiKasami) regenerates() bool { return s.recovery }
+
+func (s *suzukiKasami) heldEpoch() (uint64, bool) { return s.epoch, s.token != nil }
+
+func (s *suzukiKasami) sentEpoch(m Message) uint64 { return m.Ref }
+
+// nextFence puts the epoch in the fence's high bits, with recovery, so
+// that every hold of a newer epoch has a larger fence than every hold of
+// an older one: a holder whose claim was dropped and its successor in
+// the new epoch never share a fence.
+func (s *suzukiKasami) nextFence(fence uint64) uint64 {
+	if s.recovery {
+		return max(fence, s.epoch<<epochFenceShift) + 1
+	}
+	return fence + 1
 }

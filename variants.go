@@ -90,6 +90,16 @@ var variantList = []Variant{
 		Detector: Detector{Kind: DetectorPerfect},
 		wrap:     func(m machine) machine { return &raNaiveExclusion{m.(*ricart)} },
 	},
+	{
+		Name:      "suzuki-kasami-naive-regeneration",
+		Algorithm: SuzukiKasami,
+		Teaches:   "Token regeneration must wait for the survivors: a coordinator that makes a new token as soon as it suspects a peer, without asking whether the token is alive elsewhere, creates a second token while a live holder is inside, and two peers enter even with a perfect detector.",
+		N:         3, Requests: 1, Network: NetworkFIFO,
+		Faults:   CheckFaults{Crash: true, CrashPeer: AnyPeer},
+		Detector: Detector{Kind: DetectorPerfect},
+		Options:  []Option{WithRecovery()},
+		wrap:     func(m machine) machine { return &skNaiveRegeneration{m.(*suzukiKasami)} },
+	},
 }
 
 // Variants returns every variant, in a fixed order. The slice is the
@@ -249,4 +259,19 @@ func (s *skOutdated) step(ev event, out *output) {
 
 func (s *skOutdated) clone() machine {
 	return &skOutdated{s.suzukiKasami.clone().(*suzukiKasami)}
+}
+
+// Suzuki-Kasami regenerating the token the moment its round begins, from
+// its own knowledge alone: it waits for no status.
+type skNaiveRegeneration struct{ *suzukiKasami }
+
+func (s *skNaiveRegeneration) step(ev event, out *output) {
+	s.suzukiKasami.step(ev, out)
+	if s.collecting {
+		s.regenerate(out)
+	}
+}
+
+func (s *skNaiveRegeneration) clone() machine {
+	return &skNaiveRegeneration{s.suzukiKasami.clone().(*suzukiKasami)}
 }

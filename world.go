@@ -60,6 +60,7 @@ type World struct {
 	err         error  // the first violation
 
 	tokens   bool // the machines implement tokenHolder
+	regen    bool // the machines regenerate tokens: at most one per epoch, not exactly one
 	inFlight int  // token messages in flight
 
 	order    orderRule
@@ -428,6 +429,8 @@ func newWorld(cfg *config, build func(id, n int) machine) (*World, error) {
 // classify reads from the machines which checks apply to them.
 func (w *World) classify() {
 	_, w.tokens = w.ms[0].(tokenHolder)
+	r, ok := w.ms[0].(regenerator)
+	w.regen = ok && r.regenerates()
 	w.order = orderNone
 	if _, ok := w.ms[0].(timestamped); ok {
 		w.order = orderTimestamp
@@ -1103,6 +1106,9 @@ func (w *World) checkTokens() error {
 	if !w.tokens {
 		return nil
 	}
+	if w.regen {
+		return w.checkEpochs()
+	}
 	held := 0
 	for _, m := range w.ms {
 		if m.(tokenHolder).hasToken() {
@@ -1116,6 +1122,40 @@ func (w *World) checkTokens() error {
 	case held+w.inFlight+w.f.lostTokens != 1:
 		return fmt.Errorf("%w: step %d: %d tokens held and %d in flight, want exactly one in all",
 			ErrViolation, w.step, held, w.inFlight)
+	}
+	return nil
+}
+
+// checkEpochs checks that no two tokens of one epoch exist, held (by a
+// live or crashed peer) or in flight, for machines that regenerate the
+// token.
+func (w *World) checkEpochs() error {
+	var epochs []uint64
+	for _, m := range w.ms {
+		if e, ok := m.(regenerator).heldEpoch(); ok {
+			epochs = append(epochs, e)
+		}
+	}
+	r := w.ms[0].(regenerator)
+	add := func(es []envelope) {
+		for _, e := range es {
+			if isTokenKind(e.m.Kind) {
+				epochs = append(epochs, r.sentEpoch(e.m))
+			}
+		}
+	}
+	if w.queues != nil {
+		for _, pair := range w.active {
+			add(w.queues[pair])
+		}
+	} else {
+		add(w.bag)
+	}
+	slices.Sort(epochs)
+	for i := 1; i < len(epochs); i++ {
+		if epochs[i] == epochs[i-1] {
+			return fmt.Errorf("%w: step %d: two tokens of epoch %d", ErrViolation, w.step, epochs[i])
+		}
 	}
 	return nil
 }

@@ -48,6 +48,8 @@ const (
 	Kind_KIND_RELINQUISH  Kind = 10
 	Kind_KIND_TRY         Kind = 11
 	Kind_KIND_BUSY        Kind = 12
+	Kind_KIND_COORDINATOR Kind = 13
+	Kind_KIND_STATUS      Kind = 14
 )
 
 // Enum value maps for Kind.
@@ -66,6 +68,8 @@ var (
 		10: "KIND_RELINQUISH",
 		11: "KIND_TRY",
 		12: "KIND_BUSY",
+		13: "KIND_COORDINATOR",
+		14: "KIND_STATUS",
 	}
 	Kind_value = map[string]int32{
 		"KIND_UNSPECIFIED": 0,
@@ -81,6 +85,8 @@ var (
 		"KIND_RELINQUISH":  10,
 		"KIND_TRY":         11,
 		"KIND_BUSY":        12,
+		"KIND_COORDINATOR": 13,
+		"KIND_STATUS":      14,
 	}
 )
 
@@ -529,7 +535,7 @@ const file_wire_proto_rawDesc = "" +
 	"\x02ln\x18\x01 \x03(\x04R\x02ln\x12\x14\n" +
 	"\x05queue\x18\x02 \x03(\rR\x05queue\"\x17\n" +
 	"\x03Ack\x12\x10\n" +
-	"\x03seq\x18\x01 \x01(\x04R\x03seq*\xea\x01\n" +
+	"\x03seq\x18\x01 \x01(\x04R\x03seq*\x91\x02\n" +
 	"\x04Kind\x12\x14\n" +
 	"\x10KIND_UNSPECIFIED\x10\x00\x12\x10\n" +
 	"\fKIND_REQUEST\x10\x01\x12\x0e\n" +
@@ -547,7 +553,9 @@ const file_wire_proto_rawDesc = "" +
 	"\x0fKIND_RELINQUISH\x10\n" +
 	"\x12\f\n" +
 	"\bKIND_TRY\x10\v\x12\r\n" +
-	"\tKIND_BUSY\x10\f2A\n" +
+	"\tKIND_BUSY\x10\f\x12\x14\n" +
+	"\x10KIND_COORDINATOR\x10\r\x12\x0f\n" +
+	"\vKIND_STATUS\x10\x0e2A\n" +
 	"\x04Link\x129\n" +
 	"\aConnect\x12\x15.dmutex.wire.v1.Frame\x1a\x13.dmutex.wire.v1.Ack(\x010\x01B8Z6github.com/dmutex/dmutex/grpctransport/internal/wirepbb\x06proto3"
 
