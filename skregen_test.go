@@ -1,7 +1,9 @@
 package dmutex
 
 import (
+	"strconv"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -154,4 +156,40 @@ func TestSKWithoutRecovery(t *testing.T) {
 	}
 	assert.Equal(t, before, s.appendState(nil))
 	assert.True(t, s.hasToken())
+}
+
+// TestSKRecoveryRuntime crashes the token's holder of a 3-peer
+// Suzuki-Kasami cluster with regeneration on, idle or inside, and checks
+// that the survivors go on entering, each in turn, with fences above the
+// crashed holder's.
+func TestSKRecoveryRuntime(t *testing.T) {
+	const n, crashed, rounds = 3, 0, 3
+	for _, inside := range []bool{false, true} {
+		t.Run("inside="+strconv.FormatBool(inside), func(t *testing.T) {
+			c, err := New(SuzukiKasami, n, WithRecovery(), WithUnreachableAfter(unreachableAfter))
+			require.NoError(t, err)
+			t.Cleanup(func() { require.NoError(t, c.Close()) })
+			dead := c.Peer(crashed)
+			lockWithin(t, dead, time.Minute) // peer 0 holds the token from the start
+			deadFence := dead.(*Peer).Fence()
+			if !inside {
+				dead.Unlock()
+			}
+			waitQuiet(t, c)
+			require.NoError(t, c.Network().Crash(crashed))
+			last := deadFence
+			for round := range rounds {
+				for id := 1; id < n; id++ {
+					p := c.Peer(id)
+					lockWithin(t, p, time.Minute)
+					f := p.(*Peer).Fence()
+					assert.Greater(t, f, last, "round %d peer %d", round, id)
+					last = f
+					p.Unlock()
+				}
+			}
+			assert.Equal(t, uint64(rounds*(n-1)), c.Stats().Entries-1)
+			assert.NotZero(t, c.Stats().ByKind["coordinator"], "a regeneration round ran")
+		})
+	}
 }
