@@ -34,6 +34,8 @@ type options struct {
 	serverOpts  []grpc.ServerOption // WithServerOptions
 	dialOpts    []grpc.DialOption   // WithDialOptions
 	maxQueue    int                 // WithMaxQueue; 0 means DefaultMaxQueue
+
+	keepalive, keepaliveTimeout time.Duration // WithKeepalive
 }
 
 // Insecure runs the transport without transport credentials: no
@@ -102,6 +104,28 @@ func WithBackoff(min, max time.Duration) Option {
 			return fmt.Errorf("%w: WithBackoff(%v, %v), want 0 < min <= max", dmutex.ErrInvalidConfig, min, max)
 		}
 		o.minBackoff, o.maxBackoff = min, max
+		return nil
+	}}
+}
+
+// MinKeepalive is the shortest keepalive interval WithKeepalive accepts:
+// gRPC's client raises any shorter one to it.
+const MinKeepalive = 10 * time.Second
+
+// WithKeepalive sets how often the transport pings a peer whose connection
+// is idle (interval, at least MinKeepalive) and how long it waits for the
+// answer (timeout, positive) before it takes the connection down, and the
+// peer with it (see Reachable). The defaults are 10 s and 5 s. A peer
+// whose process dies closes its connections, which shows at once; the
+// pings find a peer that hangs or a network that stops carrying packets.
+// Every peer accepts pings as often as every 5 s, so peers of one cluster
+// may be given different intervals.
+func WithKeepalive(interval, timeout time.Duration) Option {
+	return Option{name: "WithKeepalive", apply: func(o *options) error {
+		if interval < MinKeepalive || timeout <= 0 {
+			return fmt.Errorf("%w: WithKeepalive(%v, %v), want interval >= %v and a positive timeout", dmutex.ErrInvalidConfig, interval, timeout, MinKeepalive)
+		}
+		o.keepalive, o.keepaliveTimeout = interval, timeout
 		return nil
 	}}
 }

@@ -177,7 +177,8 @@ func New(id int, addrs []string, opts ...Option) (*Transport, error) {
 	if err := distinctAddrs(addrs); err != nil {
 		return nil, err
 	}
-	o := options{minBackoff: 50 * time.Millisecond, maxBackoff: 2 * time.Second, maxFrame: DefaultMaxFrameSize}
+	o := options{minBackoff: 50 * time.Millisecond, maxBackoff: 2 * time.Second, maxFrame: DefaultMaxFrameSize,
+		keepalive: MinKeepalive, keepaliveTimeout: 5 * time.Second}
 	for i, opt := range opts {
 		if opt.apply == nil {
 			return nil, fmt.Errorf("%w: option %d is the zero Option", dmutex.ErrInvalidConfig, i)
@@ -251,7 +252,7 @@ func New(id int, addrs []string, opts ...Option) (*Transport, error) {
 				Backoff:           backoff.Config{BaseDelay: o.minBackoff, Multiplier: 1.6, Jitter: 0.2, MaxDelay: o.maxBackoff},
 				MinConnectTimeout: time.Second,
 			}),
-			grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 10 * time.Second, Timeout: 5 * time.Second, PermitWithoutStream: true}),
+			grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: o.keepalive, Timeout: o.keepaliveTimeout, PermitWithoutStream: true}),
 			grpc.WithStaticStreamWindowSize(windowSize),
 			grpc.WithStaticConnWindowSize(windowSize),
 		)...)
@@ -949,6 +950,7 @@ func (is *inStream) read() error {
 		err := fmt.Errorf("dmutex: peer %d restarted (its transport is a new process) while peer %d had heard from its previous process: "+
 			"a restarted peer has lost its protocol state and cannot rejoin; restart the whole cluster", from, t.id)
 		is.fatal = err
+		t.refusedRestart(from)
 		return refuse(codes.FailedPrecondition, err)
 	}
 	if epoch != in.epoch {

@@ -147,6 +147,8 @@ func TestNewBadInput(t *testing.T) {
 		{"nil TLS", 0, []string{"127.0.0.1:1"}, []Option{WithTLS(nil)}, "WithTLS(nil)"},
 		{"TLS without a certificate", 0, []string{"127.0.0.1:1"}, []Option{WithTLS(&tls.Config{})}, "no certificate"},
 		{"bad backoff", 0, []string{"127.0.0.1:1"}, []Option{Insecure(), WithBackoff(time.Second, time.Millisecond)}, "WithBackoff(1s, 1ms)"},
+		{"keepalive below gRPC's floor", 0, []string{"127.0.0.1:1"}, []Option{Insecure(), WithKeepalive(time.Second, time.Second)}, "WithKeepalive(1s, 1s)"},
+		{"no keepalive timeout", 0, []string{"127.0.0.1:1"}, []Option{Insecure(), WithKeepalive(MinKeepalive, 0)}, "WithKeepalive(10s, 0s)"},
 		{"tiny frames", 0, []string{"127.0.0.1:1"}, []Option{Insecure(), WithMaxFrameSize(10)}, "WithMaxFrameSize(10)"},
 		{"zero option", 0, []string{"127.0.0.1:1"}, []Option{{}}, "zero Option"},
 		{"unknown algorithm", 0, []string{"127.0.0.1:1"}, []Option{Insecure(), WithCluster(dmutex.Algorithm(99), "")}, "WithCluster(Algorithm(99))"},
@@ -256,6 +258,12 @@ func TestRestartedSender(t *testing.T) {
 	require.ErrorContains(t, err, "peer 0 refused peer 1")
 	require.ErrorContains(t, tr0.Err(), "peer 1 restarted")
 	require.Equal(t, err, tr1.Err(), "Err after Barrier")
+	// The refused process is no part of the cluster: unreachable for good,
+	// though its connection is up, so that a failure detector built on
+	// Reachable never trusts it again.
+	ok, since := tr0.Reachable(1)
+	assert.False(t, ok, "the refused restart is reachable")
+	assert.False(t, since.IsZero())
 	select {
 	case m := <-tr0.Recv():
 		require.Failf(t, "the restarted peer got a message through", "%v", m)

@@ -47,6 +47,24 @@
 // after its last entry keeps serving the others until all have finished.
 // At exit it prints its message counts. It exits with status 1 on an
 // error and 2 on bad flags.
+//
+// With -recovery, the peers survive the crash of one of them, a kill -9
+// included: the algorithm's crash recovery is on (dmutex.WithRecovery;
+// Ricart-Agrawala's crash exclusion), and a peer is suspected once its
+// connections have been down for -unreachable-after (a process that dies
+// closes them at once; keepalive pings every -keepalive find one that
+// hangs). The survivors go on entering, and the first entry after a
+// suspicion takes a fence of a new epoch (dmutex.FenceEpoch), above every
+// fence the dead peer used. After its last entry a peer then waits for
+// every other peer to have logged all its entries or to be suspected,
+// instead of for all of them. A crashed peer cannot rejoin the running
+// cluster: its protocol state is gone, so a restarted process is refused
+// by the peers that knew the old one, exits with status 1 and the error
+// "peer ID restarted ... cannot rejoin; restart the whole cluster", and
+// stays suspected. The detector is imperfect: a peer that is alive but
+// cut off for longer than -unreachable-after is taken for dead, and two
+// peers may then be inside at once. The fence in the log is what a store
+// would check.
 package main
 
 import (
@@ -60,6 +78,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -90,6 +109,10 @@ type config struct {
 	timeout  time.Duration
 	logLevel slog.Level
 	stateDir string // -state: where the fence floor is kept; "" for none
+
+	recovery         bool          // -recovery
+	unreachableAfter time.Duration // -unreachable-after
+	keepalive        time.Duration // -keepalive
 }
 
 // errUsage marks errors in the command line.
@@ -115,6 +138,9 @@ func parse(args []string, stderr io.Writer) (*config, error) {
 	fs.DurationVar(&c.think, "think", 0, "mean of the random pause, exponentially distributed, between an exit and the next request")
 	fs.Uint64Var(&c.seed, "seed", 1, "seed of the -think pauses (each peer mixes in its id)")
 	fs.DurationVar(&c.timeout, "timeout", 5*time.Minute, "give up if the whole run takes longer")
+	fs.BoolVar(&c.recovery, "recovery", false, "survive the crash of a peer: the algorithm's crash recovery, with connections down for -unreachable-after as the failure detector")
+	fs.DurationVar(&c.unreachableAfter, "unreachable-after", 2*time.Second, "with -recovery, how long a peer's connections must be down before it is suspected")
+	fs.DurationVar(&c.keepalive, "keepalive", grpctransport.MinKeepalive, "interval of the keepalive pings that find a peer that hangs (at least 10s); an unanswered ping takes the connection down after 5s")
 	fs.BoolVar(&verbose, "v", false, "log reconnections and other transport events, not only warnings and errors")
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "Usage: dmutexpeer -id ID -peers ADDR,ADDR,... -log FILE (-insecure | -cert F -key F -ca F) [flags]")
@@ -160,6 +186,12 @@ func parse(args []string, stderr io.Writer) (*config, error) {
 	c.tls = !insecure
 	if c.hold < 0 || c.think < 0 || c.timeout <= 0 {
 		return bad("-hold and -think must not be negative and -timeout must be positive")
+	}
+	if c.unreachableAfter <= 0 {
+		return bad("-unreachable-after must be positive")
+	}
+	if c.keepalive < grpctransport.MinKeepalive {
+		return bad("-keepalive %v is below gRPC's floor of %v", c.keepalive, grpctransport.MinKeepalive)
 	}
 	c.logLevel = slog.LevelWarn // refused handshakes and streams say why
 	if verbose {
@@ -210,6 +242,7 @@ func (c *config) run(ctx context.Context, stdout, stderr io.Writer) (err error) 
 		// refused at the first stream, and Barrier says so.
 		grpctransport.WithCluster(c.alg, ""),
 		grpctransport.WithLogger(slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: c.logLevel}))),
+		grpctransport.WithKeepalive(c.keepalive, 5*time.Second),
 	}
 	if c.tls {
 		cfg, err := grpctransport.LoadTLSConfig(c.cert, c.key, c.ca)
@@ -232,6 +265,9 @@ func (c *config) run(ctx context.Context, stdout, stderr io.Writer) (err error) 
 		}
 		popts = append(popts, dmutex.WithFenceFloor(floor))
 	}
+	if c.recovery {
+		popts = append(popts, dmutex.WithRecovery(), dmutex.WithUnreachableAfter(c.unreachableAfter))
+	}
 	p, err := dmutex.NewPeer(c.alg, c.id, len(c.addrs), tr, popts...)
 	if err != nil {
 		return errors.Join(err, tr.Close())
@@ -241,6 +277,13 @@ func (c *config) run(ctx context.Context, stdout, stderr io.Writer) (err error) 
 	// Start together: the first barrier needs every peer up.
 	if err := tr.Barrier(ctx); err != nil {
 		return fmt.Errorf("waiting for the other peers: %w", err)
+	}
+	if c.recovery {
+		// A peer that came up slowly may still be suspected from before
+		// the barrier: an entry now would go on without it.
+		if err := trustAll(ctx, p); err != nil {
+			return fmt.Errorf("waiting for the other peers: %w", err)
+		}
 	}
 	rng := rand.New(rand.NewPCG(c.seed, uint64(c.id)))
 	start := time.Now()
@@ -267,13 +310,78 @@ func (c *config) run(ctx context.Context, stdout, stderr io.Writer) (err error) 
 	}
 	elapsed := time.Since(start)
 	// Stay up, serving the others' requests, until all are done.
-	if err := tr.Barrier(ctx); err != nil {
+	if c.recovery {
+		err = c.awaitOthers(ctx, p)
+	} else {
+		err = tr.Barrier(ctx)
+	}
+	if err != nil {
 		return fmt.Errorf("waiting for the other peers to finish: %w", err)
 	}
 	ts := tr.Stats()
 	fmt.Fprintf(stdout, "peer %d: %v %v in %v; transport sent=%d delivered=%d resent=%d refused=%d\n",
 		c.id, c.alg, p.Stats(), elapsed.Round(time.Millisecond), ts.Sent, ts.Delivered, ts.Resent, ts.Refused)
 	return nil
+}
+
+// pollInterval is how often a peer looks again at what it waits for with
+// -recovery: the suspicions and the shared log.
+const pollInterval = 10 * time.Millisecond
+
+// trustAll waits until p suspects no peer.
+func trustAll(ctx context.Context, p *dmutex.Peer) error {
+	for len(p.Suspected()) > 0 {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("still suspecting peers %v: %w", p.Suspected(), ctx.Err())
+		case <-time.After(pollInterval):
+		}
+	}
+	return nil
+}
+
+// awaitOthers waits, with -recovery, until every other peer has logged the
+// end of all its entries or is suspected: a peer that crashed will not
+// finish, and one that finishes needs nobody any more.
+func (c *config) awaitOthers(ctx context.Context, p *dmutex.Peer) error {
+	for {
+		ends, err := countEnds(c.logPath, len(c.addrs))
+		if err != nil {
+			return err
+		}
+		sus := p.Suspected()
+		var left []int
+		for j, e := range ends {
+			if j != c.id && e < c.entries && !slices.Contains(sus, j) {
+				left = append(left, j)
+			}
+		}
+		if left == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("peers %v neither finished nor suspected: %w", left, ctx.Err())
+		case <-time.After(pollInterval):
+		}
+	}
+}
+
+// countEnds returns, per peer of n, how many end lines the shared log
+// holds.
+func countEnds(path string, n int) ([]int, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	ends := make([]int, n)
+	for _, line := range strings.Split(string(b), "\n") {
+		var id int
+		if _, err := fmt.Sscanf(line, "end %d ", &id); err == nil && id >= 0 && id < n {
+			ends[id]++
+		}
+	}
+	return ends, nil
 }
 
 // readFloor returns the highest fence recorded in dir by any peer, or 0

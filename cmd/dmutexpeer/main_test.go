@@ -46,6 +46,8 @@ func TestBadFlags(t *testing.T) {
 		{"TLS and insecure", append(ok, "-cert", "c", "-key", "k", "-ca", "a"), "exclusive"},
 		{"zero timeout", append(ok, "-timeout", "0s"), "-timeout must be positive"},
 		{"negative think", append(ok, "-think", "-1s"), "-think must not be negative"},
+		{"zero unreachable-after", append(ok, "-recovery", "-unreachable-after", "0s"), "-unreachable-after must be positive"},
+		{"keepalive below gRPC's floor", append(ok, "-keepalive", "1s"), "-keepalive 1s is below gRPC's floor of 10s"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -66,6 +68,7 @@ func TestRunErrors(t *testing.T) {
 		want string
 	}{
 		{"log in a missing directory", []string{"-id", "0", "-peers", "127.0.0.1:0", "-insecure", "-log", filepath.Join(dir, "no", "x.log")}, "no such file"},
+		{"recovery without one", []string{"-id", "0", "-peers", "127.0.0.1:0", "-insecure", "-log", filepath.Join(dir, "x.log"), "-alg", "lamport", "-recovery"}, "option WithRecovery does not apply to lamport"},
 		{"missing certificate", []string{"-id", "0", "-peers", "127.0.0.1:0", "-log", filepath.Join(dir, "x.log"), "-cert", "c", "-key", "k", "-ca", "a"}, "load certificate"},
 	}
 	for _, tt := range tests {
@@ -131,46 +134,75 @@ func checkLog(t *testing.T, path string, n, entries int) {
 // with nothing in between, each entry of each peer appears exactly once,
 // and fencing tokens increase.
 func verifyLog(text string, n, entries int) error {
+	_, err := verifyRun(text, n, entries, -1, 0)
+	return err
+}
+
+// verifyRun checks a shared file's text as verifyLog does, but for a run
+// in which peer killed (or none, if -1) was killed with SIGKILL at
+// killedAt (Unix nanoseconds, read before the signal was sent). That peer
+// may have made fewer entries, and its last one may never end: a begin
+// may then follow, but only one written after killedAt, since until then
+// the peer was alive and inside. It returns how many entries began after
+// killedAt.
+func verifyRun(text string, n, entries, killed int, killedAt int64) (after int, err error) {
 	seen := map[[2]int]bool{}
+	count := make([]int, n)
 	var fence uint64
 	var open *[3]uint64 // the entry begun and not yet ended
+	var dead bool       // the killed peer's last entry never ended
 	sc := bufio.NewScanner(strings.NewReader(text))
 	line := 0
 	for sc.Scan() {
 		line++
-		var word string
-		var id, k int
-		var fc uint64
-		if _, err := fmt.Sscanf(sc.Text(), "%s %d %d %d", &word, &id, &k, &fc); err != nil {
-			return fmt.Errorf("line %d: %q: %v", line, sc.Text(), err)
+		word, id, k, fc, at, err := parseLine(sc.Text())
+		if err != nil {
+			return 0, fmt.Errorf("line %d: %q: %v", line, sc.Text(), err)
+		}
+		if id < 0 || id >= n {
+			return 0, fmt.Errorf("line %d: peer %d of %d", line, id, n)
+		}
+		if word == "begin" && open != nil && int(open[0]) == killed && at > killedAt {
+			// The killed peer died inside: its entry ends with it.
+			open, dead = nil, true
 		}
 		cur := [3]uint64{uint64(id), uint64(k), fc}
 		switch {
+		case dead && id == killed:
+			return 0, fmt.Errorf("line %d: peer %d writes after it died inside", line, id)
 		case word == "begin" && open != nil:
-			return fmt.Errorf("line %d: peer %d begins entry %d while peer %d is inside", line, id, k, open[0])
+			return 0, fmt.Errorf("line %d: peer %d begins entry %d while peer %d is inside", line, id, k, open[0])
 		case word == "begin" && seen[[2]int{id, k}]:
-			return fmt.Errorf("line %d: entry %d of peer %d twice", line, k, id)
+			return 0, fmt.Errorf("line %d: entry %d of peer %d twice", line, k, id)
+		case word == "begin" && k != count[id]:
+			return 0, fmt.Errorf("line %d: entry %d of peer %d after %d entries", line, k, id, count[id])
 		case word == "begin" && fc <= fence:
-			return fmt.Errorf("line %d: fencing token %d after %d", line, fc, fence)
+			return 0, fmt.Errorf("line %d: fencing token %d after %d", line, fc, fence)
 		case word == "begin":
 			seen[[2]int{id, k}] = true
+			count[id]++
 			fence = fc
 			open = &cur
+			if killed >= 0 && at > killedAt {
+				after++
+			}
 		case word == "end" && (open == nil || *open != cur):
-			return fmt.Errorf("line %d: end of an entry that is not the one inside", line)
+			return 0, fmt.Errorf("line %d: end of an entry that is not the one inside", line)
 		case word == "end":
 			open = nil
 		default:
-			return fmt.Errorf("line %d: %q", line, sc.Text())
+			return 0, fmt.Errorf("line %d: %q", line, sc.Text())
 		}
 	}
-	if open != nil {
-		return fmt.Errorf("entry %d of peer %d never ended", open[1], open[0])
+	if open != nil && int(open[0]) != killed {
+		return 0, fmt.Errorf("entry %d of peer %d never ended", open[1], open[0])
 	}
-	if len(seen) != n*entries {
-		return fmt.Errorf("%d entries, want %d", len(seen), n*entries)
+	for id, c := range count {
+		if c != entries && (id != killed || c > entries) {
+			return 0, fmt.Errorf("peer %d made %d entries, want %d", id, c, entries)
+		}
 	}
-	return nil
+	return after, nil
 }
 
 func TestVerifyLog(t *testing.T) {
@@ -179,14 +211,15 @@ func TestVerifyLog(t *testing.T) {
 		text string
 		want string // "" for a good log
 	}{
-		{"good", "begin 0 0 1\nend 0 0 1\nbegin 1 0 2\nend 1 0 2\n", ""},
-		{"interleaved", "begin 0 0 1\nbegin 1 0 2\nend 0 0 1\nend 1 0 2\n", "while peer 0 is inside"},
-		{"missing entry", "begin 0 0 1\nend 0 0 1\n", "1 entries, want 2"},
-		{"entry twice", "begin 0 0 1\nend 0 0 1\nbegin 0 0 2\nend 0 0 2\n", "twice"},
-		{"fence goes back", "begin 0 0 2\nend 0 0 2\nbegin 1 0 1\nend 1 0 1\n", "fencing token 1 after 2"},
-		{"end of another entry", "begin 0 0 1\nend 1 0 1\n", "not the one inside"},
-		{"never ended", "begin 0 0 1\nend 0 0 1\nbegin 1 0 2\n", "never ended"},
-		{"garbage", "begin 0 0 1\nhello\n", "line 2"},
+		{"good", "begin 0 0 1 5 10\nend 0 0 1 11\nbegin 1 0 2 7 12\nend 1 0 2 13\n", ""},
+		{"interleaved", "begin 0 0 1 5 10\nbegin 1 0 2 6 11\nend 0 0 1 12\nend 1 0 2 13\n", "while peer 0 is inside"},
+		{"missing entry", "begin 0 0 1 5 10\nend 0 0 1 11\n", "peer 1 made 0 entries, want 1"},
+		{"entry twice", "begin 0 0 1 5 10\nend 0 0 1 11\nbegin 0 0 2 7 12\nend 0 0 2 13\n", "twice"},
+		{"fence goes back", "begin 0 0 2 5 10\nend 0 0 2 11\nbegin 1 0 1 7 12\nend 1 0 1 13\n", "fencing token 1 after 2"},
+		{"end of another entry", "begin 0 0 1 5 10\nend 1 0 1 11\n", "not the one inside"},
+		{"never ended", "begin 0 0 1 5 10\nend 0 0 1 11\nbegin 1 0 2 7 12\n", "never ended"},
+		{"garbage", "begin 0 0 1 5 10\nhello\n", "line 2"},
+		{"no time", "begin 0 0 1\nend 0 0 1\n", "line 1"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -196,6 +229,51 @@ func TestVerifyLog(t *testing.T) {
 				return
 			}
 			require.ErrorContains(t, err, tt.want)
+		})
+	}
+}
+
+// parseLine reads one line of the shared log: its word, the peer, the
+// entry, the fence and the time the line stands for, when the peer
+// entered (a begin line) or left (an end line).
+func parseLine(line string) (word string, id, k int, fence uint64, at int64, err error) {
+	var asked int64
+	if strings.HasPrefix(line, "begin ") {
+		_, err = fmt.Sscanf(line, "%s %d %d %d %d %d", &word, &id, &k, &fence, &asked, &at)
+	} else {
+		_, err = fmt.Sscanf(line, "%s %d %d %d %d", &word, &id, &k, &fence, &at)
+	}
+	return word, id, k, fence, at, err
+}
+
+// TestVerifyRun checks the verifier of a run with a killed peer (peer 1
+// of 2, killed at time 100, one entry each wanted).
+func TestVerifyRun(t *testing.T) {
+	tests := []struct {
+		name  string
+		text  string
+		want  string // "" for a good log
+		after int
+	}{
+		{"killed inside", "begin 1 0 2 85 90\nbegin 0 0 3 145 150\nend 0 0 3 151\n", "", 1},
+		{"asked before the kill, entered after", "begin 1 0 2 85 90\nbegin 0 0 3 95 150\nend 0 0 3 151\n", "", 1},
+		{"killed before its entry", "begin 0 0 1 105 110\nend 0 0 1 111\n", "", 1},
+		{"killed after its entries", "begin 1 0 1 5 10\nend 1 0 1 11\nbegin 0 0 2 115 120\nend 0 0 2 121\n", "", 1},
+		{"entered beside the living", "begin 1 0 2 85 90\nbegin 0 0 3 90 95\nend 0 0 3 96\n", "while peer 1 is inside", 0},
+		{"the dead write", "begin 1 0 2 85 90\nbegin 0 0 3 145 150\nend 0 0 3 151\nend 1 0 2 152\n", "writes after it died", 0},
+		{"fence back after the kill", "begin 1 0 5 85 90\nbegin 0 0 3 145 150\nend 0 0 3 151\n", "fencing token 3 after 5", 0},
+		{"a survivor short", "begin 1 0 1 5 10\nend 1 0 1 11\n", "peer 0 made 0 entries", 0},
+		{"a survivor dies inside", "begin 0 0 1 5 10\n", "entry 0 of peer 0 never ended", 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			after, err := verifyRun(tt.text, 2, 1, 1, 100)
+			if tt.want != "" {
+				require.ErrorContains(t, err, tt.want)
+				return
+			}
+			require.NoError(t, err)
+			assert.Equal(t, tt.after, after)
 		})
 	}
 }
