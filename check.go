@@ -472,8 +472,8 @@ func newChecker(cc CheckConfig) (*checker, error) {
 	if d := cc.Detector; d.Kind > DetectorImperfect || d.FalseSuspicions < 0 || (d.Kind != DetectorImperfect && d.FalseSuspicions != 0) {
 		return nil, fmt.Errorf("%w: detector %v with %d false suspicions", ErrInvalidConfig, d.Kind, d.FalseSuspicions)
 	}
-	if cc.Detector.Kind != DetectorNone && cc.N > 8 {
-		return nil, fmt.Errorf("%w: a failure detector for %d peers, want at most 8", ErrInvalidConfig, cc.N)
+	if cc.Detector.Kind != DetectorNone && cc.N > maxDetectorPeers {
+		return nil, fmt.Errorf("%w: a failure detector for %d peers, want at most %d", ErrInvalidConfig, cc.N, maxDetectorPeers)
 	}
 	opts := slices.Clone(cc.Options)
 	if v != nil {

@@ -138,7 +138,10 @@ var recoveryAlgorithms = []Algorithm{RicartAgrawala, SuzukiKasami}
 // steps the machine, and whatever it sends is counted in Stats as any
 // message is. A suspected peer then no longer ends a wait with
 // ErrPeerUnreachable: the machine goes on without it. In a World and in
-// Check the detector is the checker's (CheckConfig.Detector).
+// Check the detector is the checker's (CheckConfig.Detector). In a
+// Simulation it is perfect: after Crash, each survivor suspects the
+// crashed peer at a scheduling step of its own, chosen like a delivery;
+// WithFalseSuspicions makes it imperfect.
 //
 // A real detector is imperfect: a peer that is slow, or cut off by a
 // partition, is suspected as a crashed one is. With a false suspicion
@@ -156,7 +159,7 @@ func WithRecovery() Option {
 	return Option{
 		name:  "WithRecovery",
 		algs:  recoveryAlgorithms,
-		where: forCluster | forPeer | forWorld,
+		where: forAll,
 		apply: func(c *config) error { c.recovery = true; return nil },
 	}
 }

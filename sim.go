@@ -62,6 +62,7 @@ type simConfig struct {
 	unsafe   bool    // WithUnsafeDelivery: reorder even if the algorithm needs FIFO
 	noTrace  bool    // WithoutTrace
 	loss     float64 // WithLoss
+	suspect  float64 // WithFalseSuspicions
 }
 
 // WithSeed sets the seed of a Simulation's random choices. Two simulations
@@ -130,6 +131,8 @@ const (
 	EventHeal                           // the partition ended
 	EventTry                            // the peer's machine is asked to try the critical section (TryLock)
 	EventRefused                        // the peer's try was refused
+	EventSuspect                        // the peer's failure detector starts suspecting Target
+	EventTrust                          // the peer's failure detector trusts Target again
 )
 
 var eventNames = [...]string{
@@ -144,11 +147,13 @@ var eventNames = [...]string{
 	EventHeal:      "heal",
 	EventTry:       "try",
 	EventRefused:   "refused",
+	EventSuspect:   "suspect",
+	EventTrust:     "trust",
 }
 
 // String returns the kind's name, such as "receive".
 func (k EventKind) String() string {
-	if k >= EventRequest && k <= EventRefused {
+	if k >= EventRequest && k <= EventTrust {
 		return eventNames[k]
 	}
 	return fmt.Sprintf("EventKind(%d)", uint8(k))
@@ -162,6 +167,7 @@ type Event struct {
 	Seq    uint64    // for EventSend, EventReceive and EventLost: the message's serial number, from 1 in order of sending
 	Msg    Message   // for EventSend, EventReceive and EventLost: the message, as sent
 	Groups [][]int   // for EventPartition: the groups, every peer in one of them
+	Target int       // for EventSuspect and EventTrust: the peer suspected or trusted again
 }
 
 // String formats e as one line of the event log, such as
@@ -174,6 +180,10 @@ func (e Event) String() string {
 		return fmt.Sprintf("%4d partition %v", e.Step, e.Groups)
 	case EventHeal:
 		return fmt.Sprintf("%4d heal", e.Step)
+	case EventSuspect:
+		return fmt.Sprintf("%4d P%d suspects P%d", e.Step, e.Peer, e.Target)
+	case EventTrust:
+		return fmt.Sprintf("%4d P%d trusts P%d again", e.Step, e.Peer, e.Target)
 	}
 	return fmt.Sprintf("%4d P%d %v", e.Step, e.Peer, e.Kind)
 }
@@ -229,12 +239,19 @@ type Simulation struct {
 	rng           *rand.Rand
 	lockStep      bool
 	livelockLimit int
+	suspect       float64 // WithFalseSuspicions
+	falseFired    int     // false suspicions fired so far
+	detectorBuf   []Transition
 }
 
 // NewSimulation builds a simulation of n peers running alg; nothing is
 // requested yet. Besides the algorithm's own options it takes WithSeed,
-// WithDelivery, WithUnsafeDelivery, WithoutTrace, WithLoss and
-// WithVariant. An algorithm that needs FIFO channels refuses
+// WithDelivery, WithUnsafeDelivery, WithoutTrace, WithLoss,
+// WithFalseSuspicions and WithVariant. With WithRecovery or
+// WithFalseSuspicions it runs a failure detector (at most 8 peers): after
+// Crash each survivor suspects the crashed peer at a scheduling step of
+// its own, and a peer that crashed inside has left, so that survivors
+// still waiting at the end are a deadlock, not merely blocked. An algorithm that needs FIFO channels refuses
 // DeliverReorder unless WithUnsafeDelivery is also given. Invalid n or
 // options give an error wrapping ErrInvalidConfig.
 func NewSimulation(alg Algorithm, n int, opts ...Option) (*Simulation, error) {
@@ -242,13 +259,25 @@ func NewSimulation(alg Algorithm, n int, opts ...Option) (*Simulation, error) {
 	if err != nil {
 		return nil, err
 	}
+	if cfg.recovery || cfg.sim.suspect > 0 {
+		switch {
+		case n > maxDetectorPeers:
+			return nil, fmt.Errorf("%w: a failure detector (WithRecovery, WithFalseSuspicions) for %d peers, want at most %d", ErrInvalidConfig, n, maxDetectorPeers)
+		case cfg.sim.suspect > 0 && cfg.sim.delivery == DeliverLockStep:
+			return nil, fmt.Errorf("%w: WithFalseSuspicions with delivery %v, which uses no randomness", ErrInvalidConfig, DeliverLockStep)
+		}
+	}
 	w, err := newWorld(cfg, nil)
 	if err != nil {
 		return nil, err
 	}
+	if cfg.recovery || cfg.sim.suspect > 0 {
+		w.f.detector = DetectorPerfect // the false suspicions are the simulation's own
+	}
 	return &Simulation{
 		w:        w,
 		rng:      rand.New(rand.NewPCG(cfg.sim.seed, 0x5eed)),
+		suspect:  cfg.sim.suspect,
 		lockStep: cfg.sim.delivery == DeliverLockStep,
 		// Between two entries every peer may request once and every
 		// request be answered a few times over; far beyond that, the run
@@ -311,12 +340,28 @@ func (s *Simulation) Step() (bool, error) {
 	} else {
 		msgs = len(w.bag)
 	}
-	total := msgs + len(w.inside)
+	owed := s.detectorBuf[:0]
+	if w.f.detector != 0 {
+		owed = w.appendDetector(owed, false)
+		s.detectorBuf = owed
+	}
+	total := msgs + len(w.inside) + len(owed)
 	if total == 0 {
 		return false, w.finalCheck()
 	}
-	w.step++
+	if s.suspect > 0 && s.rng.Float64() < s.suspect {
+		// A false suspicion comes on top of the step, never instead of
+		// it, so that no rate stops the run from going on.
+		if s.falseSuspicion(); w.err != nil {
+			return true, w.err
+		}
+	}
 	k := s.rng.IntN(total)
+	if k >= msgs+len(w.inside) {
+		_, err := w.apply(owed[k-msgs-len(w.inside)])
+		return true, err
+	}
+	w.step++
 	switch {
 	case k >= msgs:
 		w.leave(w.inside[k-msgs])
@@ -331,11 +376,44 @@ func (s *Simulation) Step() (bool, error) {
 	return true, w.err
 }
 
+// falseSuspicion has a live peer, drawn at random, start suspecting
+// another live peer that it trusts now, if there is such a pair.
+func (s *Simulation) falseSuspicion() {
+	w := s.w
+	var pairs []Transition
+	for i := range w.n {
+		for j := range w.n {
+			if i != j && !w.isCrashed(i) && !w.isCrashed(j) && !w.suspects(i, j) {
+				pairs = append(pairs, Transition{Kind: TransSuspect, Peer: i, Target: j})
+			}
+		}
+	}
+	if len(pairs) == 0 {
+		return
+	}
+	s.falseFired++
+	_, _ = w.apply(pairs[s.rng.IntN(len(pairs))]) // an error stays in w.err
+}
+
+// FalseSuspicions returns how many false suspicions WithFalseSuspicions
+// has fired so far.
+func (s *Simulation) FalseSuspicions() int { return s.falseFired }
+
 // round is one step of DeliverLockStep.
 func (s *Simulation) round() (bool, error) {
 	w := s.w
-	if len(w.bag) == 0 && len(w.inside) == 0 {
+	var owed []Transition
+	if w.f.detector != 0 {
+		owed = w.appendDetector(nil, false)
+	}
+	if len(w.bag) == 0 && len(w.inside) == 0 && len(owed) == 0 {
 		return false, w.finalCheck()
+	}
+	for _, t := range owed {
+		if w.err != nil {
+			return true, w.err
+		}
+		_, _ = w.apply(t) // an error stays in w.err
 	}
 	w.step++
 	msgs := w.bag

@@ -34,6 +34,34 @@ func WithLoss(p float64) Option {
 	}
 }
 
+// WithFalseSuspicions makes a Simulation's failure detector imperfect: at
+// each scheduling step, with probability rate drawn from the seed, a live
+// peer chosen at random starts to suspect another live peer that it
+// trusts now, before the step's own choice. The detector trusts a
+// suspected live peer again later, at a scheduling step of its own chosen
+// like a delivery, as it suspects a crashed peer after Crash. A run with
+// false suspicions replays exactly, as any run does; FalseSuspicions
+// counts them. Machines act on suspicions only under WithRecovery, and
+// with it a false suspicion may let two peers in at once, which the run
+// reports as a violation: that is the imperfect detector's lesson.
+//
+// A Simulation with a detector (this option, or WithRecovery) has at most
+// 8 peers. The rate must be from 0 to 1, and DeliverLockStep, which uses
+// no randomness, refuses it. It applies to NewSimulation only.
+func WithFalseSuspicions(rate float64) Option {
+	return Option{
+		name:  "WithFalseSuspicions",
+		where: forSimulation,
+		apply: func(c *config) error {
+			if !(rate >= 0 && rate <= 1) {
+				return fmt.Errorf("%w: WithFalseSuspicions(%v): want a probability from 0 to 1", ErrInvalidConfig, rate)
+			}
+			c.sim.suspect = rate
+			return nil
+		},
+	}
+}
+
 // Crash stops peer for good: every message to or from it is lost, those
 // in flight included, it takes no more steps, and its requests are
 // withdrawn (Run no longer waits for them). A peer that crashes inside the

@@ -308,7 +308,7 @@ func TestSimulationFaultsBadInput(t *testing.T) {
 }
 
 func TestEventKindStringFaults(t *testing.T) {
-	for k, want := range map[EventKind]string{EventLost: "lost", EventCrash: "crash", EventPartition: "partition", EventHeal: "heal", EventTry: "try", EventRefused: "refused", EventRefused + 1: "EventKind(12)"} {
+	for k, want := range map[EventKind]string{EventLost: "lost", EventCrash: "crash", EventPartition: "partition", EventHeal: "heal", EventTry: "try", EventRefused: "refused", EventSuspect: "suspect", EventTrust: "trust", EventTrust + 1: "EventKind(14)"} {
 		assert.Equal(t, want, k.String())
 	}
 }

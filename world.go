@@ -698,6 +698,10 @@ func (w *World) appendDetector(trs []Transition, free bool) []Transition {
 	return trs
 }
 
+// maxDetectorPeers is the largest cluster a World models a failure
+// detector for: suspects keeps one bit per ordered pair in a uint64.
+const maxDetectorPeers = 8
+
 // suspects reports whether peer i's failure detector suspects peer j.
 func (w *World) suspects(i, j int) bool { return w.f.suspects&(1<<uint(i*w.n+j)) != 0 }
 
@@ -786,9 +790,11 @@ func (w *World) apply(t Transition) (Step, error) {
 			w.f.falseLeft--
 		}
 		w.f.suspects |= 1 << uint(t.Peer*w.n+t.Target)
+		w.record(Event{Kind: EventSuspect, Peer: t.Peer, Target: t.Target})
 		w.stepMachine(t.Peer, event{kind: evSuspect, msg: Message{From: t.Target, To: t.Peer}})
 	case TransTrust:
 		w.f.suspects &^= 1 << uint(t.Peer*w.n+t.Target)
+		w.record(Event{Kind: EventTrust, Peer: t.Peer, Target: t.Target})
 		w.stepMachine(t.Peer, event{kind: evTrust, msg: Message{From: t.Target, To: t.Peer}})
 	}
 	if w.err == nil {
