@@ -73,6 +73,7 @@ const (
 	timedDeliver timedKind = iota // a message reaches its receiver
 	timedLeave                    // a peer's critical section ends
 	timedArrive                   // a peer's next request arrives
+	timedSuspect                  // a survivor's detector suspects the crashed peer (MeasureRecovery)
 )
 
 // timedEvent is one entry of the event queue: its virtual time, a serial

@@ -33,6 +33,16 @@
 //	                deterministic virtual-time simulation dmutex.RunTimed
 //	                (every delay T, every critical section E = T); -load,
 //	                -duration and -chart do not apply
+//	-recovery       print the cost of crash recovery instead, for the
+//	                algorithms with one (dmutex.WithRecovery): the time
+//	                and the messages from a crash (of the holder, or of
+//	                a waiting peer) to the next entry by a survivor, in
+//	                virtual time (dmutex.MeasureRecovery: saturation,
+//	                every delay T, E = T, the detector suspecting the
+//	                crashed peer -detect T after the crash, default 2)
+//	                and at run time (an in-memory cluster, one request
+//	                at a time, -unreachable-after as the detector's
+//	                bound, default 20ms); n from 2 to 8
 //
 // Latency comes from real goroutine clusters over the in-memory transport.
 // Messages are counted at the transport; one entry at a time the count is
@@ -74,6 +84,11 @@ type options struct {
 	seed     uint64
 	chart    string
 	timed    bool
+
+	explicitAlgs     bool          // -alg was given
+	recovery         bool          // -recovery
+	detect           float64       // -detect, in T
+	unreachableAfter time.Duration // -unreachable-after
 }
 
 var formats = []string{"table", "markdown", "csv", "json"}
@@ -93,6 +108,9 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	format := fs.String("format", "table", "output `format`: "+strings.Join(formats, ", "))
 	seed := fs.Uint64("seed", 1, "`seed` for the choice of peers")
 	chart := fs.String("chart", "", "also draw a chart to `file` (.png or .svg)")
+	recovery := fs.Bool("recovery", false, "print the cost of crash recovery instead: time and messages from a crash to the next entry by a survivor, in virtual time and at run time, for the algorithms with a recovery")
+	detect := fs.Float64("detect", 2, "with -recovery, how long the simulated failure detector takes to suspect a crashed peer, in `T`")
+	unreachableAfter := fs.Duration("unreachable-after", 20*time.Millisecond, "with -recovery, WithUnreachableAfter of the run-time clusters")
 	timed := fs.Bool("timed", false, "print the timed table instead: sync delay, response time and throughput in units of T, from the deterministic virtual-time simulation")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: dmutexbench [flags]\n\n"+
@@ -113,7 +131,14 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	if fs.NArg() > 0 {
 		return bad("unexpected argument %q", fs.Arg(0))
 	}
-	o := &options{duration: *duration, format: *format, seed: *seed, chart: *chart, timed: *timed}
+	o := &options{duration: *duration, format: *format, seed: *seed, chart: *chart, timed: *timed,
+		explicitAlgs: *algs != "", recovery: *recovery, detect: *detect, unreachableAfter: *unreachableAfter}
+	if o.timed && o.recovery {
+		return bad("-timed and -recovery are exclusive")
+	}
+	if !(o.detect >= 0 && o.detect < 1e9) || o.unreachableAfter <= 0 {
+		return bad("-detect %v must be a duration in T from 0, and -unreachable-after %v positive", o.detect, o.unreachableAfter)
+	}
 	if *algs == "" {
 		o.variants = allVariants()
 	} else {
@@ -198,6 +223,21 @@ func run(args []string, stdout, stderr io.Writer, terminal bool) int {
 	}
 	if err != nil {
 		return 2
+	}
+	if o.recovery {
+		if o.chart != "" {
+			fmt.Fprintln(stderr, "dmutexbench: -chart does not apply to -recovery")
+			return 2
+		}
+		rows, err := measureRecovery(o)
+		if err == nil {
+			err = writeRecovery(stdout, o, rows)
+		}
+		if err != nil {
+			fmt.Fprintf(stderr, "dmutexbench: %v\n", err)
+			return 1
+		}
+		return 0
 	}
 	if o.timed {
 		if o.chart != "" {
