@@ -33,7 +33,7 @@ func TestKillOne(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and starts processes")
 	}
-	bin := build(t, t.TempDir())
+	bin := sharedBinary(t)
 	tests := []struct {
 		name    string
 		n       int

@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -23,7 +24,40 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	goleak.VerifyTestMain(m, goleak.Cleanup(func(code int) {
+		if shared.dir != "" {
+			_ = os.RemoveAll(shared.dir)
+		}
+		os.Exit(code)
+	}))
+}
+
+// shared is one dmutexpeer binary for the tests of this process, built
+// once, so that a test run -count times builds it once too.
+var shared struct {
+	once sync.Once
+	dir  string
+	bin  string
+	err  error
+}
+
+// sharedBinary returns the path of the shared binary, building it first.
+func sharedBinary(t *testing.T) string {
+	t.Helper()
+	shared.once.Do(func() {
+		shared.dir, shared.err = os.MkdirTemp("", "dmutexpeer-test-")
+		if shared.err != nil {
+			return
+		}
+		shared.bin = filepath.Join(shared.dir, "dmutexpeer")
+		var out []byte
+		out, shared.err = exec.Command("go", "build", "-o", shared.bin, ".").CombinedOutput()
+		if shared.err != nil {
+			shared.err = fmt.Errorf("go build: %v: %s", shared.err, out)
+		}
+	})
+	require.NoError(t, shared.err)
+	return shared.bin
 }
 
 func TestBadFlags(t *testing.T) {
