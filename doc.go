@@ -107,11 +107,12 @@
 // anyone in.
 //
 // With [WithRecovery] as well, the same signal is the failure detector of
-// the algorithm's crash recovery (Ricart-Agrawala's crash exclusion): a
-// suspicion steps the machine, which goes on without the suspected peer,
-// instead of ending the wait. The detector is imperfect, so a falsely
-// suspected peer may be inside while another enters; fences
-// ([Peer.Fence]) are what keeps a store safe then.
+// the algorithm's crash recovery (Ricart-Agrawala's crash exclusion,
+// Suzuki-Kasami's token regeneration): a suspicion steps the machine,
+// which goes on without the suspected peer, instead of ending the wait.
+// The detector is imperfect, so a falsely suspected peer may be inside
+// while another enters; fences ([Peer.Fence]) are what keeps a store safe
+// then.
 //
 // # Failures
 //

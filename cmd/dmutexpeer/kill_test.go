@@ -22,7 +22,9 @@ import (
 // the survivors about that much, and nothing in the tests depends on it.
 const killUnreachable = "500ms"
 
-// TestKillOne starts dmutexpeer processes on loopback with -recovery and
+// TestKillOne starts dmutexpeer processes on loopback with -recovery, for
+// each algorithm with a recovery (Ricart-Agrawala's crash exclusion,
+// Suzuki-Kasami's token regeneration), and
 // kills one with SIGKILL in the middle of the run, inside the critical
 // section or outside it: the survivors finish all their entries, and the
 // shared log (verifyRun) shows no two entries overlapping, fences strictly
@@ -34,29 +36,35 @@ func TestKillOne(t *testing.T) {
 		t.Skip("builds and starts processes")
 	}
 	bin := sharedBinary(t)
+	ra, sk := dmutex.RicartAgrawala, dmutex.SuzukiKasami
 	tests := []struct {
 		name    string
+		alg     dmutex.Algorithm
 		n       int
 		victim  int
 		inside  bool // kill at the victim's begin line, holding long; else at its end line
 		restart bool
 	}{
-		{"n=3/inside", 3, 1, true, false},
-		{"n=3/outside", 3, 0, false, false},
-		{"n=3/restart", 3, 2, true, true},
-		{"n=5/inside", 5, 3, true, false},
+		{"ricart-agrawala/n=3/inside", ra, 3, 1, true, false},
+		{"ricart-agrawala/n=3/outside", ra, 3, 0, false, false},
+		{"ricart-agrawala/n=3/restart", ra, 3, 2, true, true},
+		{"ricart-agrawala/n=5/inside", ra, 5, 3, true, false},
+		{"suzuki-kasami/n=3/inside", sk, 3, 0, true, false},
+		{"suzuki-kasami/n=3/outside", sk, 3, 1, false, false},
 	}
 	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) { killOne(t, bin, tt.n, tt.victim, tt.inside, tt.restart) })
+		t.Run(tt.name, func(t *testing.T) {
+			require.True(t, tt.alg.Recovers(), "%v", tt.alg)
+			killOne(t, bin, tt.alg, tt.n, tt.victim, tt.inside, tt.restart)
+		})
 	}
 }
 
 // killAt is the victim's entry at which it is killed.
 const killAt = 3
 
-func killOne(t *testing.T, bin string, n, victim int, inside, restart bool) {
+func killOne(t *testing.T, bin string, alg dmutex.Algorithm, n, victim int, inside, restart bool) {
 	const entries = 100
-	alg := dmutex.RicartAgrawala
 	logPath := filepath.Join(t.TempDir(), "shared.log")
 	peers := strings.Join(freeAddrs(t, n), ",")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
