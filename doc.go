@@ -43,7 +43,8 @@
 // # Choosing one
 //
 // A centralized coordinator is the cheapest and the simplest, and the
-// coordinator is a single point of failure: that is what a lock server is.
+// coordinator is a single point of failure: that is what a lock server is
+// (WithRecovery adds coordinator failover).
 // Ricart-Agrawala is the classic fully distributed algorithm; Lamport's
 // costs a third more but shows the replicated-queue idea. Maekawa trades
 // messages for smaller quorums: 2⌈√n⌉-1 peers at most on the grid, about
@@ -108,11 +109,11 @@
 //
 // With [WithRecovery] as well, the same signal is the failure detector of
 // the algorithm's crash recovery (Ricart-Agrawala's crash exclusion,
-// Suzuki-Kasami's token regeneration): a suspicion steps the machine,
-// which goes on without the suspected peer, instead of ending the wait.
-// The detector is imperfect, so a falsely suspected peer may be inside
-// while another enters; fences ([Peer.Fence]) are what keeps a store safe
-// then.
+// Suzuki-Kasami's token regeneration, centralized coordinator failover):
+// a suspicion steps the machine, which goes on without the suspected
+// peer, instead of ending the wait. The detector is imperfect, so a
+// falsely suspected peer may be inside while another enters; fences
+// ([Peer.Fence]) are what keeps a store safe then.
 //
 // # Failures
 //

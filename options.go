@@ -122,12 +122,13 @@ func WithImplicitReplies() Option {
 // recoveryAlgorithms are the algorithms whose machines implement crash
 // recovery: WithRecovery applies to them alone. An algorithm that gains a
 // recovery adds itself here, and nowhere else.
-var recoveryAlgorithms = []Algorithm{RicartAgrawala, SuzukiKasami}
+var recoveryAlgorithms = []Algorithm{RicartAgrawala, SuzukiKasami, Centralized}
 
 // WithRecovery turns on the algorithm's crash recovery: the machine acts
 // on its failure detector's suspicions. Ricart-Agrawala: crash exclusion,
 // see [NewRicartAgrawala]. Suzuki-Kasami: token regeneration with epochs,
-// see [NewSuzukiKasami]. Without it the suspicions are ignored, and
+// see [NewSuzukiKasami]. Centralized: coordinator failover, see
+// [NewCentralized]. Without it the suspicions are ignored, and
 // nothing else changes: the same messages, the same counts.
 //
 // The failure detector is the runtime's for a cluster and for NewPeer,

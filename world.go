@@ -105,7 +105,9 @@ const (
 )
 
 // coordinated is implemented by machines whose coordinator grants in the
-// order requests arrive there; coordinatorID names the coordinator.
+// order requests arrive there; coordinatorID names the coordinator, or is
+// -1 when the coordinator changes (centralized failover) and no order is
+// promised across the changes.
 type coordinated interface {
 	coordinatorID() int
 }
@@ -434,7 +436,7 @@ func (w *World) classify() {
 	w.order = orderNone
 	if _, ok := w.ms[0].(timestamped); ok {
 		w.order = orderTimestamp
-	} else if _, ok := w.ms[0].(coordinated); ok {
+	} else if c, ok := w.ms[0].(coordinated); ok && c.coordinatorID() >= 0 {
 		w.order = orderCoordinator
 	}
 }
