@@ -100,6 +100,16 @@ var variantList = []Variant{
 		Options:  []Option{WithRecovery()},
 		wrap:     func(m machine) machine { return &skNaiveRegeneration{m.(*suzukiKasami)} },
 	},
+	{
+		Name:      "centralized-naive-failover",
+		Algorithm: Centralized,
+		Teaches:   "A new coordinator must rebuild before it grants: one that grants as soon as it takes over does not know that the old coordinator's grantee is still inside, and lets a second peer in.",
+		N:         3, Requests: 1, Network: NetworkFIFO,
+		Faults:   CheckFaults{Crash: true, CrashPeer: AnyPeer},
+		Detector: Detector{Kind: DetectorPerfect},
+		Options:  []Option{WithRecovery()},
+		wrap:     func(m machine) machine { return &cnNaiveFailover{m.(*centralized)} },
+	},
 }
 
 // Variants returns every variant, in a fixed order. The slice is the
@@ -191,6 +201,23 @@ func (r *raNaiveExclusion) step(ev event, out *output) {
 
 func (r *raNaiveExclusion) clone() machine {
 	return &raNaiveExclusion{r.ricart.clone().(*ricart)}
+}
+
+// Centralized failover without the rebuild: the new coordinator takes
+// its term and grants at once, from the requests it has, without waiting
+// for the survivors' reports.
+type cnNaiveFailover struct{ *centralized }
+
+func (c *cnNaiveFailover) step(ev event, out *output) {
+	c.centralized.step(ev, out)
+	if c.collecting {
+		c.collecting = false
+		c.grantNext(out)
+	}
+}
+
+func (c *cnNaiveFailover) clone() machine {
+	return &cnNaiveFailover{c.centralized.clone().(*centralized)}
 }
 
 // Maekawa without INQUIRE and FAILED: the voter only queues, and so no
