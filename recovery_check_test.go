@@ -49,6 +49,7 @@ func recoveryRows() []recoveryRow {
 			return r.Safe && !r.DeadlockFree && r.Violation != nil && r.Violation.Property == "deadlock"
 		}, false},
 		{SuzukiKasami, "Suzuki-Kasami", "suzuki-kasami-naive-regeneration", unsafe, true},
+		{Centralized, "centralized", "centralized-naive-failover", unsafe, true},
 	} {
 		base := func(opts []Option, d Detector) CheckConfig {
 			return CheckConfig{Algorithm: a.alg, N: 3, Requests: 1, Options: opts, Faults: crash, Detector: d}
@@ -60,11 +61,21 @@ func recoveryRows() []recoveryRow {
 			recoveryRow{a.name, "variant `" + a.variant + "`, perfect detector", CheckConfig{Variant: a.variant}, a.naive, a.explain},
 		)
 	}
-	return rows
+	// Coordinator failover beyond the smallest configuration: each fits
+	// in CI (a second or two).
+	failover := func(n, requests int, nw Network) CheckConfig {
+		return CheckConfig{Algorithm: Centralized, N: n, Requests: requests, Network: nw, Options: []Option{WithRecovery()}, Faults: crash, Detector: perfect}
+	}
+	return append(rows,
+		recoveryRow{"centralized", "`WithRecovery()`, perfect detector, n = 4", failover(4, 1, NetworkFIFO), careful, false},
+		recoveryRow{"centralized", "`WithRecovery()`, perfect detector, 2 requests per peer", failover(3, 2, NetworkFIFO), careful, false},
+		recoveryRow{"centralized", "`WithRecovery()`, perfect detector, unordered network", failover(3, 1, NetworkUnordered), careful, false},
+	)
 }
 
 // TestCheckRecoveryRicart checks each recovery (WithRecovery:
-// Ricart-Agrawala's crash exclusion, Suzuki-Kasami's token regeneration)
+// Ricart-Agrawala's crash exclusion, Suzuki-Kasami's token regeneration,
+// centralized coordinator failover)
 // with both detectors, its absence and its naive variant, and that
 // README.md shows what the checker found (rewrite it with
 // -dmutex.readme).
