@@ -25,8 +25,8 @@ const (
 	KindRelinquish                  // a Maekawa requester gives a vote back
 	KindTry                         // a TryLock request: answer at once, never defer it
 	KindBusy                        // the answer to a KindTry that cannot be granted now
-	KindCoordinator                 // the sender takes over as coordinator (centralized failover)
-	KindStatus                      // a survivor tells the new coordinator what it holds (centralized failover)
+	KindCoordinator                 // the sender takes over as coordinator (centralized failover, Suzuki-Kasami regeneration)
+	KindStatus                      // a survivor tells the new coordinator what it holds (the same recoveries)
 	numKinds                        // one past the last kind
 )
 
