@@ -29,6 +29,25 @@ type Transport interface {
 	Close() error
 }
 
+// A Deliverer is a Transport that can hand each message to the peer
+// itself, from the goroutine that received it, instead of through Recv:
+// the peer then steps its machine in that goroutine, which saves a
+// goroutine hand-off per message. NewPeer calls SetDeliver once, before
+// it uses Recv; SetDeliver reports false, and changes nothing, if the
+// transport cannot switch (for instance because it has already sent a
+// message on Recv), and the peer reads Recv as usual.
+//
+// After SetDeliver(f) returns true, the transport calls f for every
+// message it would have sent on Recv, in the same order per sender, and
+// sends nothing on Recv, which it still closes at Close. f may be called
+// from several goroutines at once (the peer serialises them) and until
+// Close returns; f returns quickly, but it may call the transport's Send.
+// The gRPC transport is one.
+type Deliverer interface {
+	Transport
+	SetDeliver(f func(Message)) bool
+}
+
 // mailboxSize is the buffer of each endpoint's receive channel. Messages
 // beyond it wait in a backlog, so Send never blocks; the buffer only saves
 // the backlog's goroutine hop in the common case. Kept small, since every

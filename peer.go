@@ -115,8 +115,10 @@ func startPeer(alg Algorithm, id, n int, m machine, tr Transport, cfg *config) *
 		p.wg.Add(1)
 		go p.watch()
 	}
-	p.wg.Add(1)
-	go p.receive(tr.Recv())
+	if d, ok := tr.(Deliverer); !ok || !d.SetDeliver(p.push) {
+		p.wg.Add(1)
+		go p.receive(tr.Recv())
+	}
 	return p
 }
 
@@ -499,6 +501,10 @@ func (p *Peer) receive(in <-chan Message) {
 		}
 	}
 }
+
+// push is deliver for a Deliverer, which calls it from its own
+// goroutines: there is no receive loop to yield.
+func (p *Peer) push(m Message) { p.deliver(m) }
 
 // deliver steps the machine for m and reports whether receive should
 // yield: a request of this peer is still outstanding, and receive has not

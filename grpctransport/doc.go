@@ -21,6 +21,9 @@
 // state of its gRPC connections, kept honest by keepalive pings, so
 // [dmutex.WithUnreachableAfter] works over it: a LockContext that waits
 // for a peer whose process is gone returns [dmutex.ErrPeerUnreachable].
+// It also implements [dmutex.Deliverer]: a Peer's machine steps for each
+// message in the goroutine that read it from its sender's stream, one
+// goroutine hand-off fewer than through Recv.
 //
 // # Wire
 //

@@ -78,8 +78,14 @@ type Transport struct {
 	ackDelay time.Duration // see ackDelay
 
 	recv chan dmutex.Message
-	out  []*outbox // by receiver id; nil at id
-	in   []*inlink // by sender id; nil at id
+	// How messages are delivered: on recv, or to the function that
+	// SetDeliver set, which it can only do before any message went on
+	// recv; see deliverer.
+	modeMu   sync.Mutex
+	toChan   atomic.Bool
+	deliverF atomic.Pointer[func(dmutex.Message)]
+	out      []*outbox // by receiver id; nil at id
+	in       []*inlink // by sender id; nil at id
 
 	srv    *grpc.Server
 	health *health.Server // the standard health service; see health.go
@@ -107,7 +113,7 @@ type Transport struct {
 	wg      sync.WaitGroup
 }
 
-var _ dmutex.Transport = (*Transport)(nil)
+var _ dmutex.Deliverer = (*Transport)(nil)
 
 // An outbox holds the frames for one receiver until it acknowledges them.
 type outbox struct {
@@ -397,6 +403,39 @@ func (t *Transport) carryAck(in *inlink, f *wirepb.Frame) {
 // Recv returns the channel of messages for this peer. It is closed after
 // Close.
 func (t *Transport) Recv() <-chan dmutex.Message { return t.recv }
+
+// SetDeliver makes the transport call f for each message, from the
+// goroutine that read it from its sender's stream, instead of sending it
+// on Recv (see dmutex.Deliverer); a dmutex.Peer calls it when it starts.
+// It reports false, and changes nothing, if a message already went on
+// Recv, or if SetDeliver succeeded before.
+func (t *Transport) SetDeliver(f func(dmutex.Message)) bool {
+	t.modeMu.Lock()
+	defer t.modeMu.Unlock()
+	if t.toChan.Load() || t.deliverF.Load() != nil {
+		return false
+	}
+	t.deliverF.Store(&f)
+	return true
+}
+
+// deliverer returns the function SetDeliver set, or nil if messages go
+// on Recv, which is then settled for good.
+func (t *Transport) deliverer() func(dmutex.Message) {
+	if f := t.deliverF.Load(); f != nil {
+		return *f
+	}
+	if t.toChan.Load() {
+		return nil
+	}
+	t.modeMu.Lock()
+	defer t.modeMu.Unlock()
+	if f := t.deliverF.Load(); f != nil {
+		return *f
+	}
+	t.toChan.Store(true)
+	return nil
+}
 
 // Stats returns the transport's counts so far.
 func (t *Transport) Stats() Stats {
@@ -969,6 +1008,8 @@ func (is *inStream) read() error {
 	}
 
 	f = new(wirepb.Frame) // reused: each frame is decoded into it and copied out
+	var deliver func(dmutex.Message)
+	settled := false // whether deliver is what it will stay
 	for {
 		if err := is.stream.RecvMsg(f); err != nil {
 			return t.streamEnd(from, err)
@@ -996,7 +1037,21 @@ func (is *inStream) read() error {
 			in.mu.Unlock()
 			return refuse(codes.InvalidArgument, fmt.Errorf("%w: frame %d after frame %d", errFrame, seq, in.last))
 		}
-		if isMsg {
+		if isMsg && !settled {
+			// Under in.mu: a message that went on Recv is the first of
+			// its sender, or comes after the others of its sender there.
+			deliver = t.deliverer()
+			settled = true
+		}
+		switch {
+		case isMsg && deliver != nil:
+			// Acknowledged before it is stepped, so that the reply
+			// the peer may send from deliver carries the acknowledgement.
+			in.last = seq
+			in.ackLast.Store(seq)
+			t.delivered.Add(1)
+			deliver(m)
+		case isMsg:
 			// Count before handing over: a reader that has taken k
 			// messages from Recv must see Delivered >= k.
 			t.delivered.Add(1)

@@ -20,6 +20,27 @@ import (
 	"github.com/dmutex/dmutex/grpctransport/internal/wirepb"
 )
 
+// direct holds the channels that deliverDirect's transports deliver to.
+var direct sync.Map // *Transport -> chan dmutex.Message
+
+// deliverDirect has tr deliver through SetDeliver, as a dmutex.Peer has
+// it, to a channel of size messages that receive reads.
+func deliverDirect(t *testing.T, tr *Transport, size int) {
+	ch := make(chan dmutex.Message, size)
+	require.True(t, tr.SetDeliver(func(m dmutex.Message) { ch <- m }))
+	direct.Store(tr, ch)
+	t.Cleanup(func() { direct.Delete(tr) })
+}
+
+// inbox returns where tr's messages arrive: Recv, or deliverDirect's
+// channel.
+func inbox(tr *Transport) <-chan dmutex.Message {
+	if ch, ok := direct.Load(tr); ok {
+		return ch.(chan dmutex.Message)
+	}
+	return tr.Recv()
+}
+
 // receive reads want messages from tr within limit.
 func receive(t *testing.T, tr *Transport, want int, limit time.Duration) []dmutex.Message {
 	t.Helper()
@@ -28,7 +49,7 @@ func receive(t *testing.T, tr *Transport, want int, limit time.Duration) []dmute
 	var got []dmutex.Message
 	for len(got) < want {
 		select {
-		case m, ok := <-tr.Recv():
+		case m, ok := <-inbox(tr):
 			require.True(t, ok, "Recv closed after %d of %d messages", len(got), want)
 			got = append(got, m)
 		case <-timer.C:
@@ -56,9 +77,20 @@ func msg(from, to int, ts uint64) dmutex.Message {
 	return dmutex.Message{Kind: dmutex.KindRequest, From: from, To: to, TS: ts, Ref: ts + 1, Fence: 7}
 }
 
+// TestFIFOExactlyOnce sends from two peers to a third, which receives on
+// Recv or, as a dmutex.Peer does, through SetDeliver.
 func TestFIFOExactlyOnce(t *testing.T) {
+	for _, direct := range []bool{false, true} {
+		t.Run(map[bool]string{false: "recv", true: "deliver"}[direct], func(t *testing.T) { testFIFOExactlyOnce(t, direct) })
+	}
+}
+
+func testFIFOExactlyOnce(t *testing.T, direct bool) {
 	const count = 500
 	trs := startTransports(t, 3, insecureOpts)
+	if direct {
+		deliverDirect(t, trs[0], 2*count)
+	}
 	var wg sync.WaitGroup
 	for _, from := range []int{1, 2} {
 		wg.Go(func() {
@@ -166,8 +198,14 @@ func TestNewBadInput(t *testing.T) {
 
 // TestReconnectAfterBrokenConnection cuts the connection from peer 1 to
 // peer 0 again and again while 1 sends: 0 must still get every message
-// once, in order.
+// once, in order, on Recv or through SetDeliver.
 func TestReconnectAfterBrokenConnection(t *testing.T) {
+	for _, direct := range []bool{false, true} {
+		t.Run(map[bool]string{false: "recv", true: "deliver"}[direct], func(t *testing.T) { testReconnect(t, direct) })
+	}
+}
+
+func testReconnect(t *testing.T, direct bool) {
 	const count, cuts = 400, 5
 	ls, addrs := listeners(t, 2)
 	px := newProxy(t, addrs[0])
@@ -178,6 +216,9 @@ func TestReconnectAfterBrokenConnection(t *testing.T) {
 	tr1, err := New(1, peer1addrs, WithListener(ls[1]), Insecure(), fastRetry, quiet)
 	require.NoError(t, err)
 	defer func() { require.NoError(t, tr1.Close()) }()
+	if direct {
+		deliverDirect(t, tr0, count)
+	}
 
 	var got []dmutex.Message
 	for c := range cuts {
@@ -628,4 +669,25 @@ func TestBarrierThenClose(t *testing.T) {
 			return
 		}
 	}
+}
+
+// TestSetDeliver checks when a transport switches to SetDeliver: once,
+// and only before a message went on Recv; after a switch, Recv gets
+// nothing.
+func TestSetDeliver(t *testing.T) {
+	trs := startTransports(t, 2, insecureOpts)
+	deliverDirect(t, trs[0], 10)
+	require.False(t, trs[0].SetDeliver(func(dmutex.Message) {}), "a second SetDeliver")
+	require.NoError(t, trs[1].Send(0, msg(1, 0, 1)))
+	require.NoError(t, trs[0].Send(1, msg(0, 1, 1)))
+	requireInOrder(t, receive(t, trs[0], 1, 10*time.Second), []int{1}, 1)
+	require.Empty(t, trs[0].Recv(), "a message on Recv after SetDeliver")
+
+	// Peer 1 has delivered a message on Recv: it cannot switch, and goes
+	// on with Recv.
+	requireInOrder(t, receive(t, trs[1], 1, 10*time.Second), []int{0}, 1)
+	require.False(t, trs[1].SetDeliver(func(dmutex.Message) { t.Error("delivered through SetDeliver after Recv") }))
+	require.NoError(t, trs[0].Send(1, msg(0, 1, 2)))
+	got := receive(t, trs[1], 1, 10*time.Second)
+	assert.Equal(t, uint64(2), got[0].TS)
 }
