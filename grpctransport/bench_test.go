@@ -61,6 +61,7 @@ func benchLockUnlock(b *testing.B, start func(*testing.B, dmutex.Algorithm, int)
 				}
 				before := sent()
 				b.ReportAllocs()
+				m := startMeter()
 				b.ResetTimer()
 				for i := range b.N {
 					p := peers[i%n]
@@ -68,6 +69,7 @@ func benchLockUnlock(b *testing.B, start func(*testing.B, dmutex.Algorithm, int)
 					p.Unlock()
 				}
 				b.StopTimer()
+				m.report(b)
 				b.ReportMetric(float64(sent()-before)/float64(b.N), "msgs/op")
 			})
 		}

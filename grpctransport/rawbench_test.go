@@ -48,11 +48,13 @@ func benchFanout(b *testing.B, k int) {
 	}
 	round() // connect everything first
 	b.ReportAllocs()
+	m := startMeter()
 	b.ResetTimer()
 	for range b.N {
 		round()
 	}
 	b.StopTimer()
+	m.report(b)
 	b.ReportMetric(float64(2*k), "msgs/op")
 }
 
