@@ -24,7 +24,8 @@ const killUnreachable = "500ms"
 
 // TestKillOne starts dmutexpeer processes on loopback with -recovery, for
 // each algorithm with a recovery (Ricart-Agrawala's crash exclusion,
-// Suzuki-Kasami's token regeneration), and
+// Suzuki-Kasami's token regeneration, centralized coordinator failover),
+// and
 // kills one with SIGKILL in the middle of the run, inside the critical
 // section or outside it: the survivors finish all their entries, and the
 // shared log (verifyRun) shows no two entries overlapping, fences strictly
@@ -36,7 +37,7 @@ func TestKillOne(t *testing.T) {
 		t.Skip("builds and starts processes")
 	}
 	bin := sharedBinary(t)
-	ra, sk := dmutex.RicartAgrawala, dmutex.SuzukiKasami
+	ra, sk, cn := dmutex.RicartAgrawala, dmutex.SuzukiKasami, dmutex.Centralized
 	tests := []struct {
 		name    string
 		alg     dmutex.Algorithm
@@ -51,6 +52,8 @@ func TestKillOne(t *testing.T) {
 		{"ricart-agrawala/n=5/inside", ra, 5, 3, true, false},
 		{"suzuki-kasami/n=3/inside", sk, 3, 0, true, false},
 		{"suzuki-kasami/n=3/outside", sk, 3, 1, false, false},
+		{"centralized/n=3/coordinator-inside", cn, 3, 0, true, false},
+		{"centralized/n=3/outside", cn, 3, 2, false, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
