@@ -149,12 +149,11 @@ var recoveryAlgorithms = []Algorithm{RicartAgrawala, SuzukiKasami, Centralized}
 // Ricart-Agrawala's crash exclusion may let two peers in at once (Check
 // finds the run; README, "Crash recovery, checked"), so a resource that
 // must stay consistent has to check fences (Peer.Fence, WithFenceFloor):
-// with recovery on, a peer that starts to suspect another moves its fence
-// up to the next multiple of [FenceEpoch], so that its next entry takes
-// that multiple plus one, and so does any entry its later messages let
-// in (a grant from a new centralized coordinator): after one crash seen
-// by a perfect detector, every later fence is above every fence the
-// crashed peer handed out, even those it never told anyone of. With more
+// with recovery on, the first entry a peer makes after it starts to
+// suspect another takes its fencing token from a new epoch, the next
+// multiple of [FenceEpoch] plus one, so that, after one crash seen by a
+// perfect detector, every later fence is above every fence the crashed
+// peer handed out, even those it never told anyone of. With more
 // suspicions than one, or false ones, fences are not promised to
 // increase.
 func WithRecovery() Option {

@@ -613,7 +613,7 @@ func (p *Peer) takeLocked() {
 	}
 	p.requested = false
 	p.held = true
-	p.holdFence = p.nextFenceLocked()
+	p.holdFence = p.entryFenceLocked()
 	p.entries++
 }
 
@@ -623,7 +623,7 @@ func (p *Peer) takeLocked() {
 func (p *Peer) admitLocked() {
 	if len(p.waiters) == 0 {
 		p.requested = false
-		p.nextFenceLocked() // an entry all the same: fences stay ordered with entries
+		p.entryFenceLocked() // an entry all the same: fences stay ordered with entries
 		p.releaseLocked()
 		return
 	}

@@ -89,6 +89,7 @@ type reach struct {
 	stop  chan struct{} // closed by Close; set once
 
 	suspected []bool        // suspected[j]: j has been unreachable longer than after
+	epochDue  bool          // WithRecovery: a peer became suspected since the last entry
 	changed   chan struct{} // closed, and replaced, when a peer becomes suspected
 	needBuf   []int
 }
@@ -148,10 +149,10 @@ func (p *Peer) reassess() time.Duration {
 
 // suspectLocked records that peer j is suspected to have failed, or
 // trusted again. Without WithRecovery it only ends the waits that need j.
-// With it, a suspicion moves the fence to a new epoch (see
-// newEpochLocked), and it steps the machine with the suspicion (evSuspect
-// or evTrust, from j), sends what the machine sends, and gives the
-// critical section to the oldest waiting caller if the machine entered.
+// With it, it steps the machine with the suspicion (evSuspect or evTrust,
+// from j), sends what the machine sends, and gives the critical section
+// to the oldest waiting caller if the machine entered; and the next entry
+// takes a fence of a new epoch (see entryFenceLocked).
 func (p *Peer) suspectLocked(j int, suspected bool) {
 	rc := &p.reach
 	rc.suspected[j] = suspected
@@ -159,14 +160,14 @@ func (p *Peer) suspectLocked(j int, suspected bool) {
 		if p.closed {
 			return
 		}
+		if suspected {
+			rc.epochDue = true
+		}
 		kind := evTrust
 		if suspected {
 			kind = evSuspect
 		}
 		p.interruptLocked() // the machine is about to change, as for a message
-		if suspected {
-			p.newEpochLocked()
-		}
 		if p.stepLocked(event{kind: kind, msg: Message{From: j, To: p.id}}) {
 			p.admitLocked()
 		} else if p.out.refused {
@@ -180,24 +181,26 @@ func (p *Peer) suspectLocked(j int, suspected bool) {
 	}
 }
 
-// FenceEpoch is the size of a fence epoch under WithRecovery: a peer that
-// starts to suspect another moves its fence up to the next multiple of
-// FenceEpoch, so that its next entry takes k*FenceEpoch + 1, for the
-// smallest k that puts it above every fence the peer has seen.
+// FenceEpoch is the size of a fence epoch under WithRecovery: the first
+// entry a peer makes after it starts to suspect another takes the fence
+// k*FenceEpoch + 1, for the smallest k that puts it above every fence the
+// peer has seen.
 const FenceEpoch = 1 << 32
 
-// newEpochLocked moves the fence to the start of the next epoch, as a peer
-// starts to suspect another with WithRecovery. A crashed peer may have
+// entryFenceLocked takes the fencing token of an entry: the next one, or,
+// with WithRecovery, for the first entry since a peer became suspected
+// while it still is, the first of the next epoch. A crashed peer may have
 // entered with a fence that nobody heard of, one above the highest its
-// permissions carried; the epoch puts every later fence above it. It
-// moves at the suspicion, not at the suspecter's next entry, because the
-// messages the peer sends from then on carry it: a centralized peer that
-// takes over as coordinator grants with it, so its grantee enters above
-// the epoch even if it suspects nobody yet.
-func (p *Peer) newEpochLocked() {
-	if p.fence < MaxFence-FenceEpoch {
-		p.fence = (p.fence/FenceEpoch + 1) * FenceEpoch
+// permissions carried; the epoch puts every later fence above it.
+func (p *Peer) entryFenceLocked() uint64 {
+	rc := &p.reach
+	if rc.epochDue {
+		rc.epochDue = false
+		if slices.Contains(rc.suspected, true) && p.fence < MaxFence-FenceEpoch {
+			p.fence = (p.fence/FenceEpoch + 1) * FenceEpoch
+		}
 	}
+	return p.nextFenceLocked()
 }
 
 // unreachableLocked returns the error for a request that needs a suspected

@@ -54,9 +54,9 @@
 // other algorithms refuse -recovery), and a peer is suspected once its
 // connections have been down for -unreachable-after (a process that dies
 // closes them at once; keepalive pings every -keepalive find one that
-// hangs). The survivors go on entering, and a suspicion moves the
-// suspecter's fence to a new epoch (dmutex.FenceEpoch), so that every
-// later entry takes a fence above every one the dead peer used. After its last entry a peer then waits for
+// hangs). The survivors go on entering, and the first entry after a
+// suspicion takes a fence of a new epoch (dmutex.FenceEpoch), above every
+// fence the dead peer used. After its last entry a peer then waits for
 // every other peer to have logged all its entries or to be suspected,
 // instead of for all of them. A crashed peer cannot rejoin the running
 // cluster: its protocol state is gone, so a restarted process is refused
