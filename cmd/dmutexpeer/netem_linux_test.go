@@ -79,10 +79,10 @@ func TestDelayedNetwork(t *testing.T) {
 		sim, err := netemSim(alg, cfg.n)
 		require.NoError(t, err)
 		T := float64(netemDelay)
-		fmt.Fprintf(&table, "| %s | %d | %.2fT, %.2fT | %s | %.2fT, %.2fT | %s | %.2f | %s |\n", alg, cfg.n,
+		fmt.Fprintf(&table, "| %s | %d | %.2fT, %.2fT | %s | %.2fT, %.2fT | %s | %.2f | %s | %.1f%%-%.1f%% |\n", alg, cfg.n,
 			mean(heavy.syncs)/T, median(heavy.syncs)/T, sim[0],
 			mean(light.waits)/T, median(light.waits)/T, sim[1],
-			heavy.msgs, sim[2])
+			heavy.msgs, sim[2], 100*heavy.shareLo, 100*heavy.shareHi)
 	}
 	t.Logf("the delayed network's table, %s:\n%s", time.Now().UTC().Format("2006-01-02"), table.String())
 }
@@ -140,5 +140,7 @@ func runDelayed(t *testing.T, dn *delayNet, bin string, alg dmutex.Algorithm, n,
 	// However loaded the machine, a peer cannot enter sooner than one
 	// delay after another left: it needs a message sent after that exit.
 	require.GreaterOrEqual(t, lt.minHandoff, float64(netemDelay), "a peer entered %v after another left", time.Duration(lt.minHandoff))
-	return netemRun{logTiming: lt, msgs: float64(sent) / float64(made)}
+	r := netemRun{logTiming: lt, msgs: float64(sent) / float64(made)}
+	r.shareLo, r.shareHi = shares(es, n, entries)
+	return r
 }

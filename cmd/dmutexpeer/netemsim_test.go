@@ -40,11 +40,12 @@ type netemConfig struct {
 // entry the peers counted.
 type netemRun struct {
 	logTiming
-	msgs float64
+	msgs             float64
+	shareLo, shareHi float64 // see shares
 }
 
-const netemHeader = "| algorithm | n | sync delay, mean and median | RunTimed | entry latency light, mean and median | RunTimed | msgs/entry heavy | RunTimed |\n" +
-	"| --- | --- | --- | --- | --- | --- | --- | --- |\n"
+const netemHeader = "| algorithm | n | sync delay, mean and median | RunTimed | entry latency light, mean and median | RunTimed | msgs/entry heavy | RunTimed | share min-max heavy |\n" +
+	"| --- | --- | --- | --- | --- | --- | --- | --- | --- |\n"
 
 // netemSim returns RunTimed's columns of the table for alg and n, at the
 // same T, E and loads: the sync delay and messages per entry at
@@ -79,7 +80,7 @@ func TestNetemTableInDocs(t *testing.T) {
 	require.Len(t, lines, len(dmutex.Algorithms()), "one row per algorithm")
 	for _, line := range lines {
 		cells := strings.Split(strings.Trim(line, "| "), " | ")
-		require.Len(t, cells, 8, "%q", line)
+		require.Len(t, cells, 9, "%q", line)
 		alg, err := dmutex.ParseAlgorithm(cells[0])
 		require.NoError(t, err)
 		n, err := strconv.Atoi(cells[1])

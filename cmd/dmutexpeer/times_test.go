@@ -84,6 +84,27 @@ func timing(es []logEntry, skip int) logTiming {
 	return lt
 }
 
+// shares returns the fewest and the most entries one of n peers had made
+// when the first of them made its last (each makes per entries), as
+// shares of all the entries made by then: equal shares are 1/n each,
+// while a peer that re-enters ahead of the others takes more.
+func shares(es []logEntry, n, per int) (lo, hi float64) {
+	made := make([]int, n)
+	for i, e := range es {
+		made[e.id]++
+		if made[e.id] < per {
+			continue
+		}
+		lo, hi = 1, 0
+		for _, k := range made {
+			f := float64(k) / float64(i+1)
+			lo, hi = min(lo, f), max(hi, f)
+		}
+		return lo, hi
+	}
+	return 0, 0
+}
+
 // mean and median of xs, 0 for none.
 func mean(xs []float64) float64 {
 	if len(xs) == 0 {
@@ -137,6 +158,15 @@ func TestLogTimes(t *testing.T) {
 	require.NoError(t, err)
 	assert.Empty(t, timing(es, 0).syncs)
 	assert.InDelta(t, -1, timing(es, 0).minHandoff, 1e-9)
+
+	// Peer 1 finishes its two entries first, at the third entry: peer 0
+	// had made one of the three.
+	es = []logEntry{{id: 0}, {id: 1}, {id: 1}, {id: 0}}
+	lo, hi := shares(es, 2, 2)
+	assert.InDelta(t, 1.0/3, lo, 1e-9)
+	assert.InDelta(t, 2.0/3, hi, 1e-9)
+	lo, hi = shares(es[:2], 2, 2)
+	assert.Zero(t, lo+hi, "nobody finished")
 
 	_, err = parseTimes("begin 0 0 1 0 1\nend 1 0 1 5\n")
 	require.ErrorContains(t, err, "not the last begun")
