@@ -130,58 +130,69 @@
 // struck included. A holder that crashes never leaves, so no peer may
 // enter after it; unsafe means two peers were found inside, a dash that
 // no run makes such a request, and "not sent" that no run of that size
-// sends a message of that kind.
+// sends a message of that kind. The rows "+ recovery" run with
+// WithRecovery and a perfect failure detector: there a crashed holder has
+// left once it is suspected, and every survivor enters again.
 //
 // Crashes and lost messages, with three peers, peer 0 the coordinator or
 // first token holder, an idle peer making no request and the others one
 // request each (the failure table):
 //
-//	algorithm           fault               P0                  P1                  P2
-//	centralized         P0 crashes, idle    crashed             never               never
-//	centralized         P2 crashes, idle    always              always              crashed
-//	centralized         the holder crashes  never               never               never
-//	centralized         lost request        always              always / sometimes  always / sometimes
-//	centralized         lost grant          never               never               never
-//	centralized         lost release        never               never               never
-//	Lamport             P0 crashes, idle    crashed             never / sometimes   never / sometimes
-//	Lamport             P2 crashes, idle    never / sometimes   never / sometimes   crashed
-//	Lamport             the holder crashes  never               never               never
-//	Lamport             lost request        unsafe              unsafe              unsafe
-//	Lamport             lost reply          sometimes           sometimes           sometimes
-//	Lamport             lost release        sometimes           sometimes           sometimes
-//	Ricart-Agrawala     P0 crashes, idle    crashed             never / sometimes   never / sometimes
-//	Ricart-Agrawala     P2 crashes, idle    never / sometimes   never / sometimes   crashed
-//	Ricart-Agrawala     the holder crashes  never               never               never
-//	Ricart-Agrawala     lost request        sometimes           sometimes           sometimes
-//	Ricart-Agrawala     lost reply          sometimes           sometimes           never / sometimes
-//	… implicit replies  P0 crashes, idle    crashed             never / sometimes   never / sometimes
-//	… implicit replies  P2 crashes, idle    never / sometimes   never / sometimes   crashed
-//	… implicit replies  the holder crashes  never               never               never
-//	… implicit replies  lost request        sometimes           sometimes           sometimes
-//	… implicit replies  lost reply          sometimes           sometimes           sometimes
-//	Maekawa             P0 crashes, idle    crashed             never               never
-//	Maekawa             P2 crashes, idle    never / sometimes   sometimes           crashed
-//	Maekawa             the holder crashes  never               never               never
-//	Maekawa             lost request        never / sometimes   sometimes           sometimes
-//	Maekawa             lost locked         never               sometimes           sometimes
-//	Maekawa             lost inquire        always              — / always          — / always
-//	Maekawa             lost failed         always / sometimes  sometimes           sometimes
-//	Maekawa             lost relinquish     not sent            not sent            not sent
-//	Maekawa             lost release        never               sometimes           sometimes
-//	Suzuki-Kasami       P0 crashes, idle    crashed             sometimes           sometimes
-//	Suzuki-Kasami       P2 crashes, idle    always              always              crashed
-//	Suzuki-Kasami       the holder crashes  never               never               never
-//	Suzuki-Kasami       lost request        always / sometimes  always / sometimes  always / sometimes
-//	Suzuki-Kasami       lost token          never               never               never
-//	token ring          P0 crashes, idle    crashed             never               sometimes
-//	token ring          P2 crashes, idle    sometimes           sometimes           crashed
-//	token ring          the holder crashes  never               never               never
-//	token ring          lost token          never               never               never
-//	Raymond             P0 crashes, idle    crashed             never               never
-//	Raymond             P2 crashes, idle    always              always              crashed
-//	Raymond             the holder crashes  never               never               never
-//	Raymond             lost request        sometimes           sometimes           sometimes
-//	Raymond             lost privilege      never               never               never
+//	algorithm                   fault               P0                  P1                  P2
+//	centralized                 P0 crashes, idle    crashed             never               never
+//	centralized                 P2 crashes, idle    always              always              crashed
+//	centralized                 the holder crashes  never               never               never
+//	centralized                 lost request        always              always / sometimes  always / sometimes
+//	centralized                 lost grant          never               never               never
+//	centralized                 lost release        never               never               never
+//	centralized + recovery      P0 crashes, idle    crashed             always              always
+//	centralized + recovery      P2 crashes, idle    always              always              crashed
+//	centralized + recovery      the holder crashes  always              always              always
+//	Lamport                     P0 crashes, idle    crashed             never / sometimes   never / sometimes
+//	Lamport                     P2 crashes, idle    never / sometimes   never / sometimes   crashed
+//	Lamport                     the holder crashes  never               never               never
+//	Lamport                     lost request        unsafe              unsafe              unsafe
+//	Lamport                     lost reply          sometimes           sometimes           sometimes
+//	Lamport                     lost release        sometimes           sometimes           sometimes
+//	Ricart-Agrawala             P0 crashes, idle    crashed             never / sometimes   never / sometimes
+//	Ricart-Agrawala             P2 crashes, idle    never / sometimes   never / sometimes   crashed
+//	Ricart-Agrawala             the holder crashes  never               never               never
+//	Ricart-Agrawala             lost request        sometimes           sometimes           sometimes
+//	Ricart-Agrawala             lost reply          sometimes           sometimes           never / sometimes
+//	… implicit replies          P0 crashes, idle    crashed             never / sometimes   never / sometimes
+//	… implicit replies          P2 crashes, idle    never / sometimes   never / sometimes   crashed
+//	… implicit replies          the holder crashes  never               never               never
+//	… implicit replies          lost request        sometimes           sometimes           sometimes
+//	… implicit replies          lost reply          sometimes           sometimes           sometimes
+//	Ricart-Agrawala + recovery  P0 crashes, idle    crashed             always              always
+//	Ricart-Agrawala + recovery  P2 crashes, idle    always              always              crashed
+//	Ricart-Agrawala + recovery  the holder crashes  always              always              always
+//	Maekawa                     P0 crashes, idle    crashed             never               never
+//	Maekawa                     P2 crashes, idle    never / sometimes   sometimes           crashed
+//	Maekawa                     the holder crashes  never               never               never
+//	Maekawa                     lost request        never / sometimes   sometimes           sometimes
+//	Maekawa                     lost locked         never               sometimes           sometimes
+//	Maekawa                     lost inquire        always              — / always          — / always
+//	Maekawa                     lost failed         always / sometimes  sometimes           sometimes
+//	Maekawa                     lost relinquish     not sent            not sent            not sent
+//	Maekawa                     lost release        never               sometimes           sometimes
+//	Suzuki-Kasami               P0 crashes, idle    crashed             sometimes           sometimes
+//	Suzuki-Kasami               P2 crashes, idle    always              always              crashed
+//	Suzuki-Kasami               the holder crashes  never               never               never
+//	Suzuki-Kasami               lost request        always / sometimes  always / sometimes  always / sometimes
+//	Suzuki-Kasami               lost token          never               never               never
+//	Suzuki-Kasami + recovery    P0 crashes, idle    crashed             always              always
+//	Suzuki-Kasami + recovery    P2 crashes, idle    always              always              crashed
+//	Suzuki-Kasami + recovery    the holder crashes  always              always              always
+//	token ring                  P0 crashes, idle    crashed             never               sometimes
+//	token ring                  P2 crashes, idle    sometimes           sometimes           crashed
+//	token ring                  the holder crashes  never               never               never
+//	token ring                  lost token          never               never               never
+//	Raymond                     P0 crashes, idle    crashed             never               never
+//	Raymond                     P2 crashes, idle    always              always              crashed
+//	Raymond                     the holder crashes  never               never               never
+//	Raymond                     lost request        sometimes           sometimes           sometimes
+//	Raymond                     lost privilege      never               never               never
 //
 // Partitions, four peers, one request each, the network split into
 // {0,1} and {2,3} once at any point, for good or healed at any later

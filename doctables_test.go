@@ -25,18 +25,38 @@ type docAlg struct {
 	alg   Algorithm
 	opts  []Option
 	kinds []Kind // the kinds of message it sends, each lost in a row
+
+	// recovery: the algorithm with WithRecovery and a perfect failure
+	// detector, in the crash rows of the failure table only (a recovery
+	// does nothing for a lost message or a partition).
+	recovery bool
+}
+
+// recoveryDocAlgs are the failure table's rows with recovery on, each
+// shown after its algorithm's rows.
+func recoveryDocAlgs() map[Algorithm]docAlg {
+	m := map[Algorithm]docAlg{}
+	for _, a := range []docAlg{
+		{name: "centralized + recovery", alg: Centralized},
+		{name: "Ricart-Agrawala + recovery", alg: RicartAgrawala},
+		{name: "Suzuki-Kasami + recovery", alg: SuzukiKasami},
+	} {
+		a.opts, a.recovery = []Option{WithRecovery()}, true
+		m[a.alg] = a
+	}
+	return m
 }
 
 func docAlgs() []docAlg {
 	return []docAlg{
-		{"centralized", Centralized, nil, []Kind{KindRequest, KindGrant, KindRelease}},
-		{"Lamport", Lamport, nil, []Kind{KindRequest, KindReply, KindRelease}},
-		{"Ricart-Agrawala", RicartAgrawala, nil, []Kind{KindRequest, KindReply}},
-		{"… implicit replies", RicartAgrawala, []Option{WithImplicitReplies()}, []Kind{KindRequest, KindReply}},
-		{"Maekawa", Maekawa, nil, []Kind{KindRequest, KindLocked, KindInquire, KindFailed, KindRelinquish, KindRelease}},
-		{"Suzuki-Kasami", SuzukiKasami, nil, []Kind{KindRequest, KindToken}},
-		{"token ring", TokenRing, nil, []Kind{KindToken}},
-		{"Raymond", Raymond, nil, []Kind{KindRequest, KindPrivilege}},
+		{"centralized", Centralized, nil, []Kind{KindRequest, KindGrant, KindRelease}, false},
+		{"Lamport", Lamport, nil, []Kind{KindRequest, KindReply, KindRelease}, false},
+		{"Ricart-Agrawala", RicartAgrawala, nil, []Kind{KindRequest, KindReply}, false},
+		{"… implicit replies", RicartAgrawala, []Option{WithImplicitReplies()}, []Kind{KindRequest, KindReply}, false},
+		{"Maekawa", Maekawa, nil, []Kind{KindRequest, KindLocked, KindInquire, KindFailed, KindRelinquish, KindRelease}, false},
+		{"Suzuki-Kasami", SuzukiKasami, nil, []Kind{KindRequest, KindToken}, false},
+		{"token ring", TokenRing, nil, []Kind{KindToken}, false},
+		{"Raymond", Raymond, nil, []Kind{KindRequest, KindPrivilege}, false},
 	}
 }
 
@@ -58,19 +78,11 @@ func (r failureRow) key() string { return r.alg.name + " | " + r.fault }
 // failureRows lists the crash and loss scenarios (n = 3, one request
 // per peer) and the partition ones (n = 4).
 func failureRows() (small, part []failureRow) {
-	for _, a := range docAlgs() {
+	recovering := recoveryDocAlgs()
+	algs := docAlgs()
+	for i, a := range algs {
+		small = append(small, crashRows(a)...)
 		base := CheckConfig{Algorithm: a.alg, N: 3, Requests: 1, Options: a.opts, Network: NetworkFIFO}
-		idle := func(p int) failureRow {
-			cfg := base
-			cfg.RequestsPerPeer = []int{1, 1, 1}
-			cfg.RequestsPerPeer[p] = 0
-			cfg.Faults = CheckFaults{Crash: true, CrashPeer: p}
-			return failureRow{alg: a, fault: fmt.Sprintf("P%d crashes, idle", p), cfg: cfg}
-		}
-		small = append(small, idle(0), idle(2))
-		cfg := base
-		cfg.Faults = CheckFaults{Crash: true, CrashPeer: AnyPeer, CrashInside: true}
-		small = append(small, failureRow{alg: a, fault: "the holder crashes", cfg: cfg, big: a.alg == Lamport})
 		for _, k := range a.kinds {
 			cfg := base
 			cfg.Faults = CheckFaults{Lose: true, LoseKind: k}
@@ -80,15 +92,37 @@ func failureRows() (small, part []failureRow) {
 		}
 		// One peer of each side asks; with four requests the spaces of
 		// the permission algorithms run into millions of states.
-		cfg = base
+		cfg := base
 		cfg.N = 4
 		cfg.RequestsPerPeer = []int{1, 0, 1, 0}
 		cfg.Faults = CheckFaults{Partition: 1<<0 | 1<<1} // {0,1} | {2,3}
 		part = append(part, failureRow{alg: a, fault: "for good", cfg: cfg, show: []int{0, 2}, big: a.alg == Lamport})
 		cfg.Faults.Heal = true
 		part = append(part, failureRow{alg: a, fault: "healed later", cfg: cfg, show: []int{0, 2}, healed: true, big: a.alg == Lamport})
+		if r, ok := recovering[a.alg]; ok && (i+1 == len(algs) || algs[i+1].alg != a.alg) {
+			small = append(small, crashRows(r)...) // after the algorithm's last group
+		}
 	}
 	return small, part
+}
+
+// crashRows are a's crash rows of the failure table: an idle peer 0 (the
+// coordinator, the first token holder), an idle peer 2, and the holder.
+func crashRows(a docAlg) []failureRow {
+	base := CheckConfig{Algorithm: a.alg, N: 3, Requests: 1, Options: a.opts, Network: NetworkFIFO}
+	if a.recovery {
+		base.Detector = Detector{Kind: DetectorPerfect}
+	}
+	idle := func(p int) failureRow {
+		cfg := base
+		cfg.RequestsPerPeer = []int{1, 1, 1}
+		cfg.RequestsPerPeer[p] = 0
+		cfg.Faults = CheckFaults{Crash: true, CrashPeer: p}
+		return failureRow{alg: a, fault: fmt.Sprintf("P%d crashes, idle", p), cfg: cfg}
+	}
+	cfg := base
+	cfg.Faults = CheckFaults{Crash: true, CrashPeer: AnyPeer, CrashInside: true}
+	return []failureRow{idle(0), idle(2), {alg: a, fault: "the holder crashes", cfg: cfg, big: a.alg == Lamport}}
 }
 
 // failureCells computes one row: a cell per peer.
