@@ -643,6 +643,33 @@ func TestAcksRideOnFrames(t *testing.T) {
 	require.Eventually(t, func() bool { return trs[1].unacked(0) == 0 }, 10*time.Second, time.Millisecond)
 }
 
+// TestReplyFromDeliverCarriesAck is TestAcksRideOnFrames for a peer that
+// answers from SetDeliver's function, as a dmutex.Peer does: the reply
+// sent while the request is being delivered must acknowledge it.
+func TestReplyFromDeliverCarriesAck(t *testing.T) {
+	d := ackDelay
+	ackDelay = time.Hour
+	trs := startTransports(t, 2, insecureOpts)
+	ackDelay = d
+	got := make(chan dmutex.Message, 1)
+	require.True(t, trs[0].SetDeliver(func(m dmutex.Message) {
+		assert.NoError(t, trs[0].Send(1, msg(0, 1, m.TS)))
+		got <- m
+	}))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	for _, tr := range trs {
+		wg.Go(func() { assert.NoError(t, tr.Barrier(ctx)) })
+	}
+	wg.Wait()
+	require.NoError(t, trs[1].Send(0, msg(1, 0, 1)))
+	requireInOrder(t, receive(t, trs[1], 1, 10*time.Second), []int{0}, 1)
+	<-got
+	require.Eventually(t, func() bool { return trs[1].unacked(0) == 0 }, 10*time.Second, time.Millisecond,
+		"the reply did not acknowledge the request")
+}
+
 // TestBarrierThenClose has every peer pass a barrier and close at once,
 // as dmutexpeer does at the end of a run, many times over. A marker's
 // acknowledgement may ride on the receiver's own marker the other way, so
