@@ -200,6 +200,20 @@ type CheckConfig struct {
 	// ends at the first safety violation; the result is then incomplete.
 	StopAtDeadlock bool
 
+	// Fenced adds a store to the world, which checks fences: a peer
+	// inside writes to it twice (transition "w", ID w1 for P1) before it
+	// may leave, each peer keeps its fence as the runtime does (the
+	// highest seen on a message, the next one at an entry, a new epoch
+	// after a suspicion with WithRecovery), and the store accepts a write
+	// only if its fence is at least the highest it has accepted. Fenced
+	// safety holds when, in the history of accepted writes, the writes of
+	// two holds never interleave; CheckResult.FencedSafe says whether it
+	// did. With Fenced, two peers inside at once (or out of their promised
+	// order) is still a safety violation, reported in Safe and Violation,
+	// but the search goes on, so that fenced safety and liveness are
+	// checked past it.
+	Fenced bool
+
 	// Progress, if set, is called about once a second during a long
 	// search.
 	Progress func(CheckProgress)
@@ -250,6 +264,11 @@ type CheckResult struct {
 	// Blocked counts the states with nothing left to do, after a fault,
 	// in which a surviving peer waits for ever.
 	Blocked int `json:"blocked"`
+	// FencedSafe, with CheckConfig.Fenced, says whether the fenced store
+	// never accepted interleaved writes of two holds, over every state
+	// explored; nil (JSON null) when not checked. When it is false,
+	// Violation is its counterexample, with Property "fenced safety".
+	FencedSafe *bool `json:"fencedSafe"`
 
 	Violation *Violation `json:"violation"`
 }
@@ -271,7 +290,7 @@ func (r CheckResult) MarshalJSON() ([]byte, error) {
 // promise. For a starvation it is a lasso: the steps from CycleStart on
 // repeat for ever, a fair run in which a request is never served.
 type Violation struct {
-	Property    string   `json:"property"` // "safety", "deadlock" or "starvation"
+	Property    string   `json:"property"` // "safety", "fenced safety", "deadlock" or "starvation"
 	Message     string   `json:"message"`
 	Trace       []string `json:"trace"`                // one line per step
 	Transitions []string `json:"transitions"`          // the steps' transition IDs, for World.Find
@@ -343,6 +362,16 @@ func Check(ctx context.Context, cfg CheckConfig) (CheckResult, error) {
 		return CheckResult{}, err
 	}
 	c.liveness()
+	if cfg.Fenced {
+		fenced := c.res.Violation == nil || c.res.Violation.Property != "fenced safety"
+		c.res.FencedSafe = &fenced
+		if c.overlap != nil {
+			c.res.Safe = false
+			if fenced {
+				c.res.Violation = c.overlap
+			}
+		}
+	}
 	c.res.Seconds = time.Since(c.start).Seconds()
 	return c.res, nil
 }
@@ -374,6 +403,8 @@ type checker struct {
 	classes map[string]int32 // unordered network: message encoding to class
 
 	firstDeadlock int32 // a deadlocked state, -1 for none
+
+	overlap *Violation // with Fenced: the first step that let two peers in, which does not stop the search
 
 	cur *World // the world being expanded, for classOf
 }
@@ -488,6 +519,7 @@ func newChecker(cc CheckConfig) (*checker, error) {
 	if err != nil {
 		return nil, err
 	}
+	cfg.fenced = cc.Fenced
 	c := &checker{
 		cc:            cc,
 		cfg:           cfg,
@@ -718,7 +750,14 @@ func (c *checker) explore(ctx context.Context) error {
 			st, err := next.apply(t)
 			if err != nil {
 				c.safetyViolation(id, t, err)
+				if next.store != nil && next.store.broken {
+					c.res.Violation.Property = "fenced safety"
+					c.res.Safe = c.overlap == nil
+				}
 				return nil
+			}
+			if st.overlap != nil && c.overlap == nil {
+				c.overlap = c.violation("safety", c.pathTo(id), -1, t, st.overlap.Error())
 			}
 			fp := c.fingerprint(next)
 			to, seen := c.fps[fp]

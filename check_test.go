@@ -379,7 +379,7 @@ func TestCheckJSON(t *testing.T) {
 	var m map[string]any
 	require.NoError(t, json.Unmarshal(b, &m))
 	for _, k := range []string{"algorithm", "n", "requests", "network", "states", "transitions", "seconds",
-		"complete", "safe", "deadlockFree", "starvationFree", "maxOvertakes", "violation"} {
+		"complete", "safe", "deadlockFree", "starvationFree", "maxOvertakes", "violation", "fencedSafe"} {
 		assert.Contains(t, m, k)
 	}
 	assert.Equal(t, "ricart-agrawala", m["algorithm"])
@@ -389,6 +389,7 @@ func TestCheckJSON(t *testing.T) {
 	assert.Equal(t, true, m["deadlockFree"])
 	assert.Equal(t, true, m["starvationFree"])
 	assert.Nil(t, m["violation"])
+	assert.Nil(t, m["fencedSafe"], "null when not checked")
 	assert.Equal(t, float64(res.MaxOvertakes), m["maxOvertakes"])
 
 	res.MaxOvertakes = -1

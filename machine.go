@@ -150,18 +150,6 @@ type fencer interface {
 	nextFence(fence uint64) uint64
 }
 
-// epochFenceShift is where a Suzuki-Kasami epoch starts in a fence: the
-// holds of one epoch use the 2^32 fences above epoch<<32.
-const epochFenceShift = 32
-
-// nextFence returns the fence of a hold of m that begins now, after seen.
-func nextFence(m machine, seen uint64) uint64 {
-	if f, ok := m.(fencer); ok {
-		return f.nextFence(seen)
-	}
-	return seen + 1
-}
-
 // timestamped is implemented by machines that promise entries in
 // (timestamp, id) order; requestTS is the timestamp of the peer's latest
 // request.

@@ -50,6 +50,7 @@ type config struct {
 
 	implicitReplies bool     // Ricart-Agrawala: WithImplicitReplies
 	recovery        bool     // WithRecovery
+	fenced          bool     // NewWorld only: the fenced store (CheckConfig.Fenced)
 	faults          *Faults  // WithFaults
 	observer        Observer // WithObserver; nil means none
 
@@ -150,12 +151,17 @@ var recoveryAlgorithms = []Algorithm{RicartAgrawala, SuzukiKasami, Centralized}
 // finds the run; README, "Crash recovery, checked"), so a resource that
 // must stay consistent has to check fences (Peer.Fence, WithFenceFloor):
 // with recovery on, the first entry a peer makes after it starts to
-// suspect another takes its fencing token from a new epoch, the next
-// multiple of [FenceEpoch] plus one, so that, after one crash seen by a
-// perfect detector, every later fence is above every fence the crashed
-// peer handed out, even those it never told anyone of. With more
-// suspicions than one, or false ones, fences are not promised to
-// increase.
+// suspect another takes its fencing token from a new epoch of its own
+// (k*[FenceEpoch] + 1, k the next epoch with k-1 = id modulo n), so that,
+// after one crash seen by a perfect detector, every later fence is above
+// every fence the crashed peer handed out, even those it never told
+// anyone of, and a falsely suspected holder and the peer that went in
+// without it never share a fence. Suzuki-Kasami puts its token's epoch in
+// the fence instead (see [NewSuzukiKasami]). Check with
+// CheckConfig.Fenced shows that the fenced store then never accepts
+// interleaved writes of two holders (README, "Crash recovery, checked").
+// With more suspicions than one, or false ones, fences are not promised
+// to increase.
 func WithRecovery() Option {
 	return Option{
 		name:  "WithRecovery",

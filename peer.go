@@ -596,16 +596,6 @@ func (p *Peer) fenceLocked() uint64 {
 	return p.fence
 }
 
-// nextFenceLocked takes the next fencing token, or 0 once they are used
-// up: the fence stays at MaxFence and never wraps.
-func (p *Peer) nextFenceLocked() uint64 {
-	if p.fence >= MaxFence {
-		return 0
-	}
-	p.fence++
-	return p.fence
-}
-
 // takeLocked records that the machine entered for a caller of Lock.
 func (p *Peer) takeLocked() {
 	if p.held {

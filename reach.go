@@ -184,7 +184,8 @@ func (p *Peer) suspectLocked(j int, suspected bool) {
 // FenceEpoch is the size of a fence epoch under WithRecovery: the first
 // entry a peer makes after it starts to suspect another takes the fence
 // k*FenceEpoch + 1, for the smallest k that puts it above every fence the
-// peer has seen.
+// peer has seen and belongs to the peer (k-1 = id modulo n), so that no
+// two peers start the same epoch.
 const FenceEpoch = 1 << 32
 
 // entryFenceLocked takes the fencing token of an entry: the next one, or,
@@ -194,13 +195,41 @@ const FenceEpoch = 1 << 32
 // permissions carried; the epoch puts every later fence above it.
 func (p *Peer) entryFenceLocked() uint64 {
 	rc := &p.reach
-	if rc.epochDue {
-		rc.epochDue = false
-		if slices.Contains(rc.suspected, true) && p.fence < MaxFence-FenceEpoch {
-			p.fence = (p.fence/FenceEpoch + 1) * FenceEpoch
+	due := rc.epochDue && slices.Contains(rc.suspected, true)
+	rc.epochDue = false
+	if p.fence >= MaxFence {
+		return 0
+	}
+	// Fences never wrap: once the fence has reached MaxFence, each later
+	// hold has none.
+	p.fence = entryFence(p.m, p.fence, due, p.id, p.n)
+	return p.fence
+}
+
+// entryFence returns the fencing token of an entry by peer id of n with
+// machine m, given fence, the highest the peer has seen (below MaxFence),
+// and whether a new epoch is due (WithRecovery: the first entry since the
+// peer began to suspect another, while it still does). It is fence+1, or,
+// when an epoch is due, the first fence of the next epoch that belongs to
+// the peer: epoch k belongs to peer (k-1) mod n. Two peers that each
+// suspect the other, or a falsely suspected holder and the peer that went
+// in without it, each start an epoch at once: with epochs of their own
+// they never share a fence (Check with CheckConfig.Fenced). A machine
+// that orders fences itself (fencer: Suzuki-Kasami's token epochs)
+// decides alone. The runtime and the World's fenced store both take
+// fences from here.
+func entryFence(m machine, fence uint64, epochDue bool, id, n int) uint64 {
+	if f, ok := m.(fencer); ok {
+		return min(f.nextFence(fence), MaxFence)
+	}
+	if epochDue {
+		k := fence/FenceEpoch + 1
+		k += (uint64(id+1) + uint64(n) - k%uint64(n)) % uint64(n)
+		if k < MaxFence/FenceEpoch {
+			fence = k * FenceEpoch
 		}
 	}
-	return p.nextFenceLocked()
+	return fence + 1
 }
 
 // unreachableLocked returns the error for a request that needs a suspected

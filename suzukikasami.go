@@ -72,7 +72,11 @@ import (
 // sent it; one trusted again may have been left out with a request) it
 // starts epoch E, the next number above every epoch it knows whose
 // remainder modulo n is its own id, so that no two coordinators pick the
-// same, and sends a coordinator message (Ref E) to every other peer. A
+// same, and sends a coordinator message (Ref E) to every other peer. Any
+// peer also starts one when it suspects the peer it last sent the token
+// to, and when it trusts again a peer its own epoch was made without. A
+// holder never sends the token to a peer it suspects; the request stays
+// queued, or is served when the holder trusts the peer again. A
 // peer that learns a newer epoch, from a coordinator message, a status or
 // a token, adopts it: it drops its claim to any token it holds and gives
 // up a round it was coordinating. Probed by E's coordinator, it answers
@@ -131,6 +135,7 @@ type suzukiKasami struct {
 	epoch      uint64   // highest epoch known; a token held is of this epoch
 	suspected  []bool   // suspected[j]: the failure detector suspects j
 	owe        bool     // inside, the claim dropped: a status is owed to epoch's coordinator at release
+	sentTo     int      // the peer this peer last sent the token of epoch to, or -1
 	collecting bool     // coordinating epoch: waiting for the survivors' statuses
 	reported   []bool   // collecting: reported[j], j's status is in (or owed by this peer, for itself)
 	sat        []uint64 // collecting: sat[j], the number of j's last satisfied request, as j reported it
@@ -149,6 +154,7 @@ func newSuzukiKasami(id, n int, cfg *config) (machine, error) {
 	if cfg.recovery {
 		s.recovery = true
 		s.suspected = make([]bool, n)
+		s.sentTo = -1
 	}
 	return s, nil
 }
@@ -243,7 +249,7 @@ func (s *suzukiKasami) onRequest(j int, num uint64, try bool, out *output) {
 	}
 	// An outdated request (num <= LN[j]) leaves rn[j] == LN[j], so this
 	// test refuses it; the variant suzuki-kasami-outdated-token skips it.
-	if s.unsatisfied(j) {
+	if s.unsatisfied(j) && !(s.recovery && s.suspected[j]) {
 		s.sendToken(j, out)
 	}
 }
@@ -274,8 +280,10 @@ func (s *suzukiKasami) onToken(m Message, out *output) {
 		s.answerTries(out)
 	} else if s.recovery && !s.inside {
 		// With recovery a token may come for a request already served
-		// or refused (a regenerated LN under-counts): pass it on at once,
-		// since the requests that arrived before it would not move it.
+		// or refused (a regenerated LN under-counts): record ours as
+		// served and pass the token on at once, since the requests that
+		// arrived before it would not move it.
+		s.token.LN[s.id] = s.rn[s.id]
 		s.pass(out)
 	}
 }
@@ -346,9 +354,17 @@ func (s *suzukiKasami) pass(out *output) {
 	for _, j := range t.Queue {
 		s.queued[j] = false
 	}
-	if len(t.Queue) > 0 {
-		j := t.Queue[0]
-		t.Queue = t.Queue[1:]
+	k := 0
+	if s.recovery {
+		// Never to a peer we suspect: a crashed one would lose the
+		// token. It stays queued for a holder that trusts it.
+		for k < len(t.Queue) && s.suspected[t.Queue[k]] {
+			k++
+		}
+	}
+	if k < len(t.Queue) {
+		j := t.Queue[k]
+		t.Queue = slices.Delete(t.Queue, k, k+1)
 		s.sendToken(j, out)
 	}
 }
@@ -357,6 +373,7 @@ func (s *suzukiKasami) pass(out *output) {
 func (s *suzukiKasami) sendToken(j int, out *output) {
 	out.send(Message{Kind: KindToken, From: s.id, To: j, Ref: s.epoch, Token: s.token})
 	s.token = nil
+	s.sentTo = j
 }
 
 // Token regeneration (WithRecovery).
@@ -371,17 +388,31 @@ func (s *suzukiKasami) coordinator() bool {
 // coordinator that is not collecting starts a new epoch on every change:
 // a suspected peer may have held the token or been sent it, and a peer
 // trusted again may have been left out of the last epoch with a request
-// that epoch counted as served. A coordinator collecting stops waiting
-// for a peer it suspects, and waits again for one it trusts again (which
-// was sent the coordinator message, so its status comes).
+// that epoch counted as served. Any peer starts one when it suspects the
+// peer it last sent the token to, which the coordinator may have
+// suspected before the token went there. A coordinator collecting stops
+// waiting for a peer it suspects, and waits again for one it trusts again
+// (which was sent the coordinator message, so its status comes). A holder
+// of the idle token that trusts a peer again serves its request, which it
+// kept from a suspected peer. A peer that coordinated the current epoch
+// and trusts again a peer that epoch left out starts another, since the
+// one left out may wait with a request the epoch counted as served.
 func (s *suzukiKasami) onDetector(j int, suspect bool, out *output) {
 	s.suspected[j] = suspect
 	switch {
 	case s.collecting:
 		s.checkRound(out)
-	case s.coordinator():
+	case s.coordinator() || (suspect && j == s.sentTo) || (!suspect && s.leftOut(j)):
 		s.startRound(out)
+	case !suspect && s.token != nil && !s.inside:
+		s.pass(out)
 	}
+}
+
+// leftOut reports whether this peer coordinated the current epoch and
+// made its token without peer j's status.
+func (s *suzukiKasami) leftOut(j int) bool {
+	return s.reported != nil && s.epoch%uint64(s.n) == uint64(s.id) && !s.reported[j]
 }
 
 // startRound begins epoch E, the smallest above every epoch known whose
@@ -415,6 +446,7 @@ func (s *suzukiKasami) startRound(out *output) {
 func (s *suzukiKasami) adopt(e uint64, probed bool) {
 	s.epoch = e
 	s.collecting = false
+	s.sentTo = -1
 	if s.token != nil {
 		s.token = nil
 	}
@@ -576,10 +608,13 @@ func (s *suzukiKasami) appendState(b []byte) []byte {
 		b = appendUint(b, s.epoch)
 		b = appendBools(b, s.suspected)
 		b = appendBool(b, s.owe)
+		b = appendInt(b, s.sentTo)
 		b = appendBool(b, s.collecting)
 		if s.collecting {
 			b = appendBools(b, s.reported)
 			b = appendUints(b, s.sat)
+		} else if s.epoch%uint64(s.n) == uint64(s.id) {
+			b = appendBools(b, s.reported) // who the epoch left out
 		}
 	}
 	return b
@@ -632,7 +667,10 @@ func (s *suzukiKasami) sentEpoch(m Message) uint64 { return m.Ref }
 // the new epoch never share a fence.
 func (s *suzukiKasami) nextFence(fence uint64) uint64 {
 	if s.recovery {
-		return max(fence, s.epoch<<epochFenceShift) + 1
+		if s.epoch >= MaxFence/FenceEpoch {
+			return MaxFence
+		}
+		return max(fence, s.epoch*FenceEpoch) + 1
 	}
 	return fence + 1
 }

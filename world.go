@@ -70,6 +70,9 @@ type World struct {
 
 	f worldFaults
 
+	store *checkStore // the fenced store, with CheckConfig.Fenced; nil without
+	soft  error       // fenced store: two holders overlapped in this step (not fatal)
+
 	entries uint64
 	sent    [numKinds]uint64
 
@@ -166,6 +169,45 @@ type worldFaults struct {
 	falseLeft int
 }
 
+// checkStore is the World's model of a resource that checks fences
+// (CheckConfig.Fenced): each peer's fence as the runtime keeps it, and a
+// store that accepts a write only if its fence is at least the highest it
+// has accepted. Its arrays are copied on write, as crashed is.
+type checkStore struct {
+	fence    []uint64 // fence[p]: highest fence peer p has seen or taken
+	epochDue []bool   // epochDue[p]: p began to suspect a peer since its last entry (WithRecovery)
+	hold     []uint64 // hold[p]: the fencing token of p's current hold
+	writes   []int    // writes[p]: writes p has made in its current hold
+	closed   []bool   // closed[p]: p's current hold wrote, and another hold wrote after it
+	hi       uint64   // highest fence accepted
+	last     int      // peer whose current hold made the last accepted write, or -1
+	broken   bool     // a write of a closed hold was accepted: fenced safety is lost
+}
+
+// writesPerHold is how many writes a holder makes before it may leave.
+const writesPerHold = 2
+
+func newCheckStore(n int) *checkStore {
+	return &checkStore{
+		fence:    make([]uint64, n),
+		epochDue: make([]bool, n),
+		hold:     make([]uint64, n),
+		writes:   make([]int, n),
+		closed:   make([]bool, n),
+		last:     -1,
+	}
+}
+
+func (s *checkStore) clone() *checkStore {
+	c := *s
+	c.fence = slices.Clone(s.fence)
+	c.epochDue = slices.Clone(s.epochDue)
+	c.hold = slices.Clone(s.hold)
+	c.writes = slices.Clone(s.writes)
+	c.closed = slices.Clone(s.closed)
+	return &c
+}
+
 // An envelope is a message in flight with its serial number.
 type envelope struct {
 	seq uint64
@@ -188,6 +230,7 @@ const (
 	TransHeal                                // the partition ends
 	TransSuspect                             // the peer's failure detector starts suspecting Target
 	TransTrust                               // the peer's failure detector trusts Target again
+	TransWrite                               // the peer inside writes to the fenced store
 	numTransitionKinds
 )
 
@@ -203,6 +246,7 @@ var transitionLetters = [numTransitionKinds]byte{
 	TransHeal:      'h',
 	TransSuspect:   's',
 	TransTrust:     'u',
+	TransWrite:     'w',
 }
 
 // A Transition is one move a World can make. Its ID is stable and small,
@@ -259,6 +303,8 @@ func (t Transition) String() string {
 		return fmt.Sprintf("P%d suspects P%d", t.Peer, t.Target)
 	case TransTrust:
 		return fmt.Sprintf("P%d trusts P%d again", t.Peer, t.Target)
+	case TransWrite:
+		return fmt.Sprintf("P%d writes", t.Peer)
 	}
 	return fmt.Sprintf("Transition(%d)", uint8(t.Kind))
 }
@@ -272,10 +318,23 @@ type Step struct {
 	Entered    int
 	Refused    bool
 	Events     []Event
+
+	// Write, for a TransWrite: the fence written with and whether the
+	// store accepted it.
+	Fence    uint64
+	Accepted bool
+
+	overlap error // fenced store: the step let a second holder in, not fatal
 }
 
 // String describes the step, such as "P1 receives reply P0->P1, enters".
 func (s Step) String() string {
+	if s.Transition.Kind == TransWrite {
+		if s.Accepted {
+			return fmt.Sprintf("%v with fence %s, accepted", s.Transition, formatFence(s.Fence))
+		}
+		return fmt.Sprintf("%v with fence %s, refused", s.Transition, formatFence(s.Fence))
+	}
 	if s.Refused {
 		return s.Transition.String() + ", refused"
 	}
@@ -405,6 +464,9 @@ func newWorld(cfg *config, build func(id, n int) machine) (*World, error) {
 		w.peers[i].tries = cfg.tries
 	}
 	w.classify()
+	if cfg.fenced {
+		w.store = newCheckStore(n)
+	}
 	if cfg.sim.delivery == DeliverFIFO {
 		w.queues = make([][]envelope, n*n)
 		w.qown = make([]bool, n*n)
@@ -505,6 +567,9 @@ func (w *World) cloneInto(c *World) *World {
 		c.f.rng = rand.New(&src)
 	}
 	c.events = slices.Clip(w.events)
+	if w.store != nil {
+		c.store = w.store.clone()
+	}
 	out.reset()
 	c.out = out
 	return c
@@ -605,6 +670,8 @@ func (w *World) appendTransitions(trs []Transition, faults bool) []Transition {
 		}
 		s := &w.peers[p]
 		switch {
+		case s.inside && w.store != nil && w.store.writes[p] < writesPerHold:
+			trs = append(trs, Transition{Kind: TransWrite, Peer: p})
 		case s.inside:
 			trs = append(trs, Transition{Kind: TransLeave, Peer: p})
 		case !s.requested:
@@ -704,6 +771,46 @@ func (w *World) appendDetector(trs []Transition, free bool) []Transition {
 // detector for: suspects keeps one bit per ordered pair in a uint64.
 const maxDetectorPeers = 8
 
+// suspectsAny reports whether peer i's failure detector suspects anyone.
+func (w *World) suspectsAny(i int) bool {
+	return w.f.suspects>>uint(i*w.n)&(1<<uint(w.n)-1) != 0
+}
+
+// write has peer, inside, write to the fenced store with the fence of its
+// hold. The store accepts it if the fence is at least the highest it has
+// accepted; fenced safety breaks if it accepts a write of a hold that
+// another hold has written after.
+func (w *World) write(peer int) Step {
+	s := w.store
+	s.writes[peer]++
+	f := s.hold[peer]
+	st := Step{Fence: f}
+	if f < s.hi || f == 0 {
+		return st
+	}
+	st.Accepted = true
+	if s.closed[peer] {
+		s.broken = true
+		w.fail("fenced safety: the store accepted peer %d's write with fence %s after another holder's", peer, formatFence(f))
+		return st
+	}
+	if s.last >= 0 && s.last != peer {
+		s.closed[s.last] = true
+	}
+	s.last = peer
+	s.hi = f
+	return st
+}
+
+// formatFence writes a fence as epoch:count when it is past the first
+// epoch (FenceEpoch), else as a plain number.
+func formatFence(f uint64) string {
+	if f < FenceEpoch {
+		return fmt.Sprint(f)
+	}
+	return fmt.Sprintf("%d:%d", f/FenceEpoch, f%FenceEpoch)
+}
+
 // suspects reports whether peer i's failure detector suspects peer j.
 func (w *World) suspects(i, j int) bool { return w.f.suspects&(1<<uint(i*w.n+j)) != 0 }
 
@@ -712,7 +819,7 @@ func (w *World) suspects(i, j int) bool { return w.f.suspects&(1<<uint(i*w.n+j))
 // offered.
 func (w *World) bagDup(i int) bool {
 	for j := range i {
-		if sameMessage(w.bag[j].m, w.bag[i].m) {
+		if sameMessage(w.bag[j].m, w.bag[i].m) && (w.store == nil || w.bag[j].m.Fence == w.bag[i].m.Fence) {
 			return true
 		}
 	}
@@ -755,7 +862,11 @@ func (w *World) Apply(t Transition) (Step, error) {
 func (w *World) apply(t Transition) (Step, error) {
 	w.step++
 	w.mark = len(w.events)
+	w.soft = nil
+	var wr Step
 	switch t.Kind {
+	case TransWrite:
+		wr = w.write(t.Peer)
 	case TransRequest:
 		if w.peers[t.Peer].budget > 0 {
 			w.peers[t.Peer].budget--
@@ -793,6 +904,9 @@ func (w *World) apply(t Transition) (Step, error) {
 		}
 		w.f.suspects |= 1 << uint(t.Peer*w.n+t.Target)
 		w.record(Event{Kind: EventSuspect, Peer: t.Peer, Target: t.Target})
+		if w.store != nil && w.cfg.recovery {
+			w.store.epochDue[t.Peer] = true
+		}
 		w.stepMachine(t.Peer, event{kind: evSuspect, msg: Message{From: t.Target, To: t.Peer}})
 	case TransTrust:
 		w.f.suspects &^= 1 << uint(t.Peer*w.n+t.Target)
@@ -802,7 +916,7 @@ func (w *World) apply(t Transition) (Step, error) {
 	if w.err == nil {
 		w.err = w.checkTokens()
 	}
-	st := Step{Transition: t, Entered: -1, Refused: w.refusedAt == w.step}
+	st := Step{Transition: t, Entered: -1, Refused: w.refusedAt == w.step, Fence: wr.Fence, Accepted: wr.Accepted, overlap: w.soft}
 	if w.enteredAt == w.step {
 		st.Entered = w.enteredBy
 	}
@@ -822,7 +936,7 @@ func (w *World) enabled(t Transition) bool {
 		return false
 	}
 	switch t.Kind {
-	case TransRequest, TransLeave, TransCrash, TransTry:
+	case TransRequest, TransLeave, TransCrash, TransTry, TransWrite:
 		return slices.Contains(w.appendTransitions(nil, true), Transition{Kind: t.Kind, Peer: t.Peer})
 	case TransSuspect, TransTrust:
 		return slices.Contains(w.appendTransitions(nil, true), Transition{Kind: t.Kind, Peer: t.Peer, Target: t.Target})
@@ -1000,6 +1114,9 @@ func (w *World) send(peer int, m Message) {
 	}
 	w.sent[m.Kind]++
 	w.seq++
+	if w.store != nil {
+		m.Fence = w.store.fence[peer]
+	}
 	e := envelope{seq: w.seq, m: m}
 	if isTokenKind(m.Kind) {
 		w.inFlight++
@@ -1041,6 +1158,9 @@ func (w *World) deliver(e envelope) {
 		w.record(Event{Kind: EventReceive, Peer: to, Seq: e.seq, Msg: traced(e.m)})
 	}
 	w.idle++
+	if w.store != nil && e.m.Fence > w.store.fence[to] {
+		w.store.fence[to] = e.m.Fence
+	}
 	if w.order == orderCoordinator && e.m.Kind == KindRequest && to == w.coordinator() {
 		w.arrivals = append(slices.Clip(w.arrivals), e.m.From)
 	}
@@ -1065,9 +1185,13 @@ func (w *World) enter(peer int, cause eventKind) {
 	case !p.requested:
 		w.fail("peer %d entered without a request", peer)
 		return
-	case len(w.inside) > 0:
+	case len(w.inside) > 0 && w.store == nil:
 		w.fail("peer %d entered while peer %d was inside", peer, w.inside[0])
 		return
+	case len(w.inside) > 0 && w.soft == nil:
+		// With the fenced store, the store is what must stay safe: the
+		// overlap is recorded, and the run goes on.
+		w.soft = fmt.Errorf("%w: step %d: peer %d entered while peer %d was inside", ErrViolation, w.step, peer, w.inside[0])
 	case len(w.f.deadInside) > 0:
 		w.fail("peer %d entered while peer %d, which crashed inside, never left", peer, w.f.deadInside[0])
 		return
@@ -1076,8 +1200,14 @@ func (w *World) enter(peer int, cause eventKind) {
 	case orderTimestamp:
 		ts := w.ms[peer].(timestamped).requestTS()
 		if w.lastID >= 0 && !before(w.lastTS, w.lastID, ts, peer) {
-			w.fail("peer %d entered with request (%d, %d) after the younger (%d, %d)", peer, ts, peer, w.lastTS, w.lastID)
-			return
+			msg := fmt.Sprintf("peer %d entered with request (%d, %d) after the younger (%d, %d)", peer, ts, peer, w.lastTS, w.lastID)
+			if w.store == nil {
+				w.fail("%s", msg)
+				return
+			}
+			if w.soft == nil {
+				w.soft = fmt.Errorf("%w: step %d: %s", ErrViolation, w.step, msg)
+			}
 		}
 		w.lastTS, w.lastID = ts, peer
 	case orderCoordinator:
@@ -1090,6 +1220,18 @@ func (w *World) enter(peer int, cause eventKind) {
 	p.requested, p.trying = false, false
 	p.inside = true
 	w.inside = append(w.inside, peer)
+	if s := w.store; s != nil {
+		if s.fence[peer] < MaxFence {
+			s.fence[peer] = entryFence(w.ms[peer], s.fence[peer], s.epochDue[peer] && w.suspectsAny(peer), peer, w.n)
+		}
+		s.epochDue[peer] = false
+		s.hold[peer] = s.fence[peer]
+		s.writes[peer] = 0
+		s.closed[peer] = false
+		if s.last == peer {
+			s.last = -1 // its last hold is over
+		}
+	}
 	w.entries++
 	w.idle = 0
 	w.record(Event{Kind: EventEnter, Peer: peer})
@@ -1445,6 +1587,9 @@ func (w *World) appendState(b []byte, scratch *[][]byte, sbuf *[]byte) []byte {
 			b = appendInt(b, len(q))
 			for _, e := range q {
 				b = appendMessage(b, e.m)
+				if w.store != nil {
+					b = appendUint(b, e.m.Fence)
+				}
 			}
 		}
 	} else {
@@ -1455,7 +1600,11 @@ func (w *World) appendState(b []byte, scratch *[][]byte, sbuf *[]byte) []byte {
 			if i < cap(bufs) {
 				mb = bufs[:i+1][i][:0]
 			}
-			bufs = append(bufs, appendMessage(mb, e.m))
+			mb = appendMessage(mb, e.m)
+			if w.store != nil {
+				mb = appendUint(mb, e.m.Fence)
+			}
+			bufs = append(bufs, mb)
 		}
 		slices.SortFunc(bufs, bytes.Compare)
 		b = appendInt(b, len(bufs))
@@ -1484,6 +1633,15 @@ func (w *World) appendState(b []byte, scratch *[][]byte, sbuf *[]byte) []byte {
 	}
 	if w.f.group != nil {
 		b = appendInts(b, w.f.group)
+	}
+	if s := w.store; s != nil {
+		b = appendUints(b, s.fence)
+		b = appendBools(b, s.epochDue)
+		b = appendUints(b, s.hold)
+		b = appendInts(b, s.writes)
+		b = appendBools(b, s.closed)
+		b = appendUint(b, s.hi)
+		b = appendInt(b, s.last)
 	}
 	return b
 }

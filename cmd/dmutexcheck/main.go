@@ -14,7 +14,10 @@
 // perfect|imperfect models a failure detector whose suspicions are
 // transitions (an imperfect one may suspect a live peer, -false times at
 // most), and -recovery turns on the algorithm's crash recovery
-// (dmutex.WithRecovery).
+// (dmutex.WithRecovery). -fenced adds a store that checks fences, which
+// every holder writes to twice, and reports fenced safety (the writes of
+// two holds never interleave in what the store accepts); two holders
+// inside at once are then reported but do not end the search.
 //
 // Exit codes: 0 every property holds, 1 a violation was found, 2 bad
 // usage, 3 the state limit stopped the search before it found anything
@@ -77,6 +80,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	detector := fs.String("detector", "", "failure detector: \"perfect\" (suspects crashed peers only) or \"imperfect\" (see -false)")
 	falseSus := fs.Int("false", 1, "with -detector imperfect: suspicions of live peers allowed in a run")
 	recovery := fs.Bool("recovery", false, "turn on the algorithm's crash recovery (WithRecovery)")
+	fenced := fs.Bool("fenced", false, "add a store that checks fences, which every holder writes to twice, and check fenced safety (CheckConfig.Fenced)")
 	safetyOnly := fs.Bool("safety-only", false, "check safety and deadlock only, depth first, without the graph liveness needs (for the biggest spaces)")
 	mermaid := fs.Bool("mermaid", false, "also print the counterexample as a Mermaid diagram")
 	if err := fs.Parse(args); err != nil {
@@ -99,7 +103,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		return 0
 	}
-	cfg := dmutex.CheckConfig{Variant: *variant, N: *n, MaxStates: *maxStates, SafetyOnly: *safetyOnly}
+	cfg := dmutex.CheckConfig{Variant: *variant, N: *n, MaxStates: *maxStates, SafetyOnly: *safetyOnly, Fenced: *fenced}
 	if *maxStates == 0 {
 		return bad("-max-states: 0 is not a limit (use -1 for none)")
 	}
@@ -312,6 +316,9 @@ func writeText(w io.Writer, r dmutex.CheckResult, mermaid bool) {
 	fmt.Fprintf(w, "%d states, %d transitions, %s, %s (%.0f states/s)\n", r.States, r.Transitions, complete,
 		(time.Duration(r.Seconds * float64(time.Second))).Round(time.Millisecond), rate)
 	fmt.Fprintf(w, "safe: %v\ndeadlock free: %v\n", r.Safe, r.DeadlockFree)
+	if r.FencedSafe != nil {
+		fmt.Fprintf(w, "fenced safe: %v\n", *r.FencedSafe)
+	}
 	if r.Liveness {
 		fmt.Fprintf(w, "starvation free: %v\n", r.StarvationFree)
 		if r.MaxOvertakes >= 0 {

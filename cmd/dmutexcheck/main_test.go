@@ -162,3 +162,25 @@ func TestDetectorFlags(t *testing.T) {
 	code, _, _ = runCmd(t, "-alg", "ricart-agrawala", "-detector", "oracle")
 	assert.Equal(t, 2, code)
 }
+
+// TestFencedFlag: -fenced adds the store and reports fenced safety, in
+// text and as "fencedSafe" in JSON (null without it); with a false
+// suspicion two holders overlap, which the exit code reports, while the
+// store stays safe.
+func TestFencedFlag(t *testing.T) {
+	code, stdout, stderr := runCmd(t, "-alg", "suzuki-kasami", "-n", "2", "-crash", "any", "-detector", "imperfect", "-recovery", "-fenced")
+	require.Equal(t, 1, code, stderr)
+	assert.Contains(t, stdout, "safe: false\n")
+	assert.Contains(t, stdout, "fenced safe: true\n")
+	code, stdout, stderr = runCmd(t, "-alg", "ricart-agrawala", "-n", "2", "-crash", "any", "-detector", "perfect", "-recovery", "-fenced", "-json")
+	require.Equal(t, 0, code, stderr)
+	var m map[string]any
+	require.NoError(t, json.Unmarshal([]byte(stdout), &m))
+	assert.Equal(t, true, m["fencedSafe"])
+	code, stdout, stderr = runCmd(t, "-alg", "ricart-agrawala", "-n", "2", "-json")
+	require.Equal(t, 0, code, stderr)
+	m = nil
+	require.NoError(t, json.Unmarshal([]byte(stdout), &m))
+	assert.Contains(t, m, "fencedSafe")
+	assert.Nil(t, m["fencedSafe"], "null when not checked")
+}

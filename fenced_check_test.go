@@ -1,0 +1,113 @@
+package dmutex
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// TestEntryFence: a new epoch under WithRecovery is one of the peer's
+// own, so peers that start one at once never share a fence; a
+// Suzuki-Kasami machine with recovery puts its token's epoch in the high
+// bits instead; without an epoch due, the fence is the next one.
+func TestEntryFence(t *testing.T) {
+	ra := newTestRicart(t)
+	assert.Equal(t, uint64(6), entryFence(ra, 5, false, 0, 4))
+	seen := map[uint64]int{}
+	for id := range 4 {
+		f := entryFence(ra, 5, true, id, 4)
+		assert.Equal(t, uint64(id+1)*FenceEpoch+1, f, "peer %d", id)
+		seen[f]++
+	}
+	assert.Len(t, seen, 4, "four peers, four epochs")
+	// Past epoch 1, peer 0's next epoch is 5 (epochs 1, 5, 9, ... are its).
+	assert.Equal(t, uint64(5*FenceEpoch+1), entryFence(ra, FenceEpoch+7, true, 0, 4))
+	assert.Equal(t, uint64(2*FenceEpoch+1), entryFence(ra, FenceEpoch+7, true, 1, 4))
+	assert.Equal(t, uint64(MaxFence), entryFence(ra, MaxFence-1, true, 0, 4), "no epoch past the end: the next fence")
+
+	sk := newSKRecovery(t, 1, 3)
+	sk.epoch = 4
+	assert.Equal(t, uint64(4*FenceEpoch+1), entryFence(sk, 9, true, 1, 3), "the token's epoch, whatever the suspicion")
+	assert.Equal(t, uint64(4*FenceEpoch+10), entryFence(sk, 4*FenceEpoch+9, false, 1, 3))
+	plain := newSKMachine(t, 1, 3)
+	assert.Equal(t, uint64(10), entryFence(plain, 9, true, 1, 3), "without recovery, the next fence")
+}
+
+func newTestRicart(t *testing.T) machine {
+	t.Helper()
+	cfg, err := newConfig(RicartAgrawala, 4, forWorld, []Option{WithRecovery()})
+	require.NoError(t, err)
+	m, err := cfg.newMachine(RicartAgrawala, 0, 4)
+	require.NoError(t, err)
+	return m
+}
+
+// TestWorldFencedStore: with the store, a holder writes twice before it
+// may leave, with the fence of its hold, and the fences ride on messages
+// as the runtime's do.
+func TestWorldFencedStore(t *testing.T) {
+	c, err := newChecker(CheckConfig{Algorithm: RicartAgrawala, N: 2, Fenced: true})
+	require.NoError(t, err)
+	w, err := c.startWorld(true)
+	require.NoError(t, err)
+	apply := func(id string) Step {
+		t.Helper()
+		tr, ok := w.Find(id)
+		require.True(t, ok, "%s not enabled in\n%s", id, w)
+		st, err := w.Apply(tr)
+		require.NoError(t, err)
+		return st
+	}
+	for _, id := range []string{"r0", "d1", "d2"} {
+		apply(id)
+	}
+	require.True(t, w.Peer(0).Inside)
+	_, ok := w.Find("l0")
+	assert.False(t, ok, "no leave before the writes")
+	st := apply("w0")
+	assert.Equal(t, "P0 writes with fence 1, accepted", st.String())
+	apply("w0")
+	_, ok = w.Find("w0")
+	assert.False(t, ok, "two writes per hold")
+	apply("l0")
+	apply("r1")
+	apply("d3") // P1's request reaches P0, whose reply carries fence 1
+	apply("d4")
+	require.True(t, w.Peer(1).Inside)
+	assert.Equal(t, "P1 writes with fence 2, accepted", apply("w1").String())
+}
+
+// eager enters on every request at once: two of them in a world are two
+// holders with the same fence, which the fenced store must catch.
+type eager struct{}
+
+func (eager) step(ev event, out *output) {
+	if ev.kind == evRequest {
+		out.enter()
+	}
+}
+func (e eager) clone() machine            { return e }
+func (eager) appendState(b []byte) []byte { return b }
+func (eager) describe() []Field           { return nil }
+func newEager(id, n int) machine          { return eager{} }
+
+// TestCheckFencedCatchesSharedFences: two holders with fence 1 write
+// P0, P1, P0, and Check reports fenced safety broken, with the run.
+func TestCheckFencedCatchesSharedFences(t *testing.T) {
+	res := mustCheck(t, CheckConfig{Algorithm: RicartAgrawala, N: 2, Fenced: true, build: newEager})
+	require.NotNil(t, res.FencedSafe)
+	assert.False(t, *res.FencedSafe)
+	assert.False(t, res.Safe, "two were inside at once before the store broke")
+	require.NotNil(t, res.Violation)
+	assert.Equal(t, "fenced safety", res.Violation.Property)
+	assert.Contains(t, res.Violation.Message, "after another holder's")
+	t.Log(res.Violation.Trace)
+
+	res = mustCheck(t, CheckConfig{Algorithm: RicartAgrawala, N: 2, Requests: 2, Fenced: true})
+	require.NotNil(t, res.FencedSafe)
+	assert.True(t, *res.FencedSafe)
+	assert.True(t, res.Safe && res.StarvationFree)
+	res = mustCheck(t, CheckConfig{Algorithm: RicartAgrawala, N: 2})
+	assert.Nil(t, res.FencedSafe, "not checked")
+}
