@@ -1,6 +1,7 @@
 package dmutex
 
 import (
+	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -110,4 +111,61 @@ func TestCheckFencedCatchesSharedFences(t *testing.T) {
 	assert.True(t, res.Safe && res.StarvationFree)
 	res = mustCheck(t, CheckConfig{Algorithm: RicartAgrawala, N: 2})
 	assert.Nil(t, res.FencedSafe, "not checked")
+}
+
+// sharedEpochs is Ricart-Agrawala with the first rule for a new fence
+// epoch: the next multiple of FenceEpoch, the same for every peer.
+type sharedEpochs struct {
+	*ricart
+	due, fresh bool // a suspicion since the last entry; this hold starts an epoch
+}
+
+func (r *sharedEpochs) step(ev event, out *output) {
+	if ev.kind == evSuspect {
+		r.due = true
+	}
+	r.ricart.step(ev, out)
+	if out.entered {
+		r.fresh = r.due && slices.Contains(r.suspected, true)
+		r.due = false
+	}
+}
+
+func (r *sharedEpochs) nextFence(fence uint64) uint64 {
+	if r.fresh {
+		return (fence/FenceEpoch+1)*FenceEpoch + 1
+	}
+	return fence + 1
+}
+
+func (r *sharedEpochs) clone() machine {
+	c := *r
+	c.ricart = r.ricart.clone().(*ricart)
+	return &c
+}
+
+func (r *sharedEpochs) appendState(b []byte) []byte {
+	return appendBool(appendBool(r.ricart.appendState(b), r.due), r.fresh)
+}
+
+// TestCheckFencedRefutesSharedEpochs: with one epoch number for every
+// peer, a falsely suspected holder and the peer that goes in without it
+// both take the fence 2^32+1, and the store accepts P0, P1, P0 (README,
+// "Crash recovery, checked"); with epochs of their own (entryFence) the
+// same configuration is fenced safe (the recovery table).
+func TestCheckFencedRefutesSharedEpochs(t *testing.T) {
+	build := func(id, n int) machine {
+		m, err := newRicart(id, n, &config{recovery: true})
+		require.NoError(t, err)
+		return &sharedEpochs{ricart: m.(*ricart)}
+	}
+	res := mustCheck(t, CheckConfig{Algorithm: RicartAgrawala, N: 3, Options: []Option{WithRecovery()},
+		Faults: CheckFaults{Crash: true, CrashPeer: AnyPeer}, Detector: Detector{Kind: DetectorImperfect, FalseSuspicions: 1},
+		Fenced: true, build: build})
+	require.NotNil(t, res.FencedSafe)
+	assert.False(t, *res.FencedSafe)
+	require.NotNil(t, res.Violation)
+	assert.Equal(t, "fenced safety", res.Violation.Property)
+	assert.Contains(t, res.Violation.Message, "with fence 1:1 after another holder's")
+	t.Log(res.States, res.Violation.Trace)
 }

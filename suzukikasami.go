@@ -56,7 +56,8 @@ import (
 // requester means a request goes first.
 //
 // WithRecovery turns on token regeneration with epochs, which needs a
-// failure detector (for now the checker's, CheckConfig.Detector). It
+// failure detector (the transport's with WithUnreachableAfter, or the
+// checker's, CheckConfig.Detector; see [WithRecovery]). It
 // follows the regeneration of S. Nishio, K. F. Li and E. G. Manning ("A
 // time-out based resilient token transfer algorithm for mutual exclusion
 // in computer networks", ICDCS 1989), where one site collects the others'
