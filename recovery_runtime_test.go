@@ -93,8 +93,8 @@ func equalInts(a, b []int) bool {
 // exclusion on, idle or inside the critical section, and checks that the
 // survivors go on entering, one after another, each entry costing n-1
 // requests (the crashed peer's is lost, but was handed to the transport)
-// and n-2 replies; that the first fence after the crash is of a new epoch
-// and fences increase in entry order.
+// and n-2 replies; that each survivor's first fence after the crash is of
+// a new epoch, and fences increase in entry order.
 func TestRecoveryCrash(t *testing.T) {
 	const n, crashed, rounds = 4, 3, 3
 	for _, inside := range []bool{false, true} {
@@ -119,8 +119,13 @@ func TestRecoveryCrash(t *testing.T) {
 					cancel()
 					require.NoError(t, err, "round %d peer %d", round, id)
 					f := p.(*Peer).Fence()
-					if round == 0 && id == 0 {
-						assert.Equal(t, uint64(FenceEpoch+1), f, "first entry after the suspicion")
+					if round == 0 {
+						// Each survivor's first entry since it suspected the
+						// crashed peer (it cannot enter without suspecting
+						// it) takes a new epoch; the later ones do not.
+						assert.Equal(t, (last/FenceEpoch+1)*FenceEpoch+1, f, "first entry of peer %d after the suspicion", id)
+					} else {
+						assert.Equal(t, last+1, f, "round %d peer %d", round, id)
 					}
 					assert.Greater(t, f, max(last, deadFence), "round %d peer %d", round, id)
 					last = f
@@ -203,7 +208,9 @@ func TestRecoveryTrustAgain(t *testing.T) {
 		p := c.Peer(id)
 		lockWithin(t, p, time.Minute)
 		f := p.(*Peer).Fence()
-		assert.Greater(t, f, last, "peer %d", id)
+		// Nobody is suspected any more: no new epoch, even for the peer
+		// that suspected the others while cut off and has not entered.
+		assert.Equal(t, last+1, f, "peer %d", id)
 		last = f
 		p.Unlock()
 		// Its n-1 replies were sent before it entered, and nothing else
@@ -211,4 +218,55 @@ func TestRecoveryTrustAgain(t *testing.T) {
 		got := c.Stats().Sub(before)
 		assert.Equal(t, map[string]uint64{"request": n - 1, "reply": n - 1}, nonNil(got.ByKind), "peer %d", id)
 	}
+}
+
+// TestRecoveryFastPath arms the fast path of a Suzuki-Kasami idle token
+// holder with recovery on, then crashes another peer: the suspicion, which
+// steps the machine that the fast path keeps in its entered state, leaves
+// both survivors able to enter, the other one with a fence of a new epoch.
+func TestRecoveryFastPath(t *testing.T) {
+	const n = 3
+	c, err := New(SuzukiKasami, n, WithRecovery(), WithUnreachableAfter(unreachableAfter))
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, c.Close()) })
+	holder := c.Peer(0).(*Peer) // the token starts there
+	armed := func() bool {
+		holder.mu.Lock()
+		defer holder.mu.Unlock()
+		return holder.fast.word.Load()&fastArmed != 0
+	}
+	for i := 0; !armed(); i++ {
+		require.Less(t, i, 10000, "the fast path never armed")
+		holder.Lock()
+		holder.Unlock()
+	}
+	require.NoError(t, c.Network().Crash(2))
+	waitSuspected(t, holder, []int{2})
+	lockWithin(t, c.Peer(1), time.Minute)
+	assert.Greater(t, c.Peer(1).(*Peer).Fence(), uint64(FenceEpoch))
+	c.Peer(1).Unlock()
+	lockWithin(t, holder, time.Minute)
+	holder.Unlock()
+}
+
+// TestRecoveryEpochOnSuspicionOnly checks that only a new suspicion starts
+// an epoch: peer 3 crashes and peer 2 is cut off, peer 0 enters (a new
+// epoch), and once the partition heals and peer 2 is trusted again, peer
+// 0's next entry takes the next fence, though it still suspects peer 3.
+func TestRecoveryEpochOnSuspicionOnly(t *testing.T) {
+	const n = 4
+	c := recoveryCluster(t, n)
+	require.NoError(t, c.Network().Crash(3))
+	require.NoError(t, c.Network().Partition([]int{2}))
+	p := c.Peer(0)
+	waitSuspected(t, p, []int{2, 3})
+	lockWithin(t, p, time.Minute)
+	first := p.(*Peer).Fence()
+	assert.Equal(t, uint64(FenceEpoch+1), first)
+	p.Unlock()
+	c.Network().Heal()
+	waitSuspected(t, p, []int{3})
+	lockWithin(t, p, time.Minute)
+	assert.Equal(t, first+1, p.(*Peer).Fence(), "a trust starts no epoch")
+	p.Unlock()
 }
