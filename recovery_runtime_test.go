@@ -122,8 +122,10 @@ func TestRecoveryCrash(t *testing.T) {
 					if round == 0 {
 						// Each survivor's first entry since it suspected the
 						// crashed peer (it cannot enter without suspecting
-						// it) takes a new epoch; the later ones do not.
-						assert.Equal(t, (last/FenceEpoch+1)*FenceEpoch+1, f, "first entry of peer %d after the suspicion", id)
+						// it) takes a new epoch of its own, epoch k being
+						// peer k-1's: peers 0, 1, 2 in turn take 1, 2, 3.
+						// The later entries take none.
+						assert.Equal(t, uint64(id+1)*FenceEpoch+1, f, "first entry of peer %d after the suspicion", id)
 					} else {
 						assert.Equal(t, last+1, f, "round %d peer %d", round, id)
 					}
