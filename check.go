@@ -491,8 +491,15 @@ func newChecker(cc CheckConfig) (*checker, error) {
 	if f := cc.Faults; f.Crash && (f.CrashPeer < AnyPeer || f.CrashPeer >= cc.N) {
 		return nil, fmt.Errorf("%w: crash of peer %d out of range [0, %d)", ErrInvalidConfig, f.CrashPeer, cc.N)
 	}
-	if f := cc.Faults; f.Partition != 0 && (cc.N >= 64 || f.Partition>>uint(cc.N) != 0) {
-		return nil, fmt.Errorf("%w: partition %#x names a peer out of range [0, %d)", ErrInvalidConfig, f.Partition, cc.N)
+	if f := cc.Faults; f.Partition != 0 && cc.N >= 64 {
+		return nil, fmt.Errorf("%w: a partition of %d peers, want at most 63", ErrInvalidConfig, cc.N)
+	}
+	if f := cc.Faults; f.Partition != 0 && f.Partition>>uint(cc.N) != 0 {
+		p := cc.N
+		for f.Partition&(1<<uint(p)) == 0 {
+			p++
+		}
+		return nil, fmt.Errorf("%w: partition %#x names peer %d, out of range [0, %d)", ErrInvalidConfig, f.Partition, p, cc.N)
 	}
 	if f := cc.Faults; f.Heal && f.Partition == 0 {
 		return nil, fmt.Errorf("%w: heal without a partition", ErrInvalidConfig)

@@ -9,6 +9,15 @@
 //	dmutexcheck -variant maekawa-textbook-failed
 //	dmutexcheck -list
 //	dmutexcheck -alg ricart-agrawala -crash any -detector perfect -recovery
+//	dmutexcheck -alg suzuki-kasami -n 4 -partition 0,1 -heal
+//	dmutexcheck -alg lamport -requests 2 -safety-only -max-states -1
+//
+// The faults, each at most once at any point of a run: -crash any or
+// -crash ID (a peer crashes for good; -crash-inside only while it is
+// inside, and alone means any peer), -lose any or -lose KIND (a message
+// in flight is lost), -partition 0,1 (those peers are cut off from the
+// others, and every message between the two sides is lost; -heal lets the
+// partition end once, later).
 //
 // -tries puts TryLock calls in the mix, beside the requests. -detector
 // perfect|imperfect models a failure detector whose suspicions are
@@ -76,6 +85,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	sets := fs.String("sets", "", "Maekawa voting sets, such as \"0,1/1,2/0,2\" (default: the grid)")
 	tree := fs.String("tree", "", "Raymond's tree as each peer's parent, -1 for the root, such as \"-1,0,0\"")
 	crash := fs.String("crash", "", "one crash at any point: \"any\" peer, or a peer id")
+	crashInside := fs.Bool("crash-inside", false, "the crash strikes only a peer inside the critical section (with -crash; alone, it means -crash any)")
+	partition := fs.String("partition", "", "one partition at any point, cutting off these peers from the rest, such as \"0,1\"")
+	heal := fs.Bool("heal", false, "with -partition: the partition may heal once, at any later point")
 	lose := fs.String("lose", "", "one lost message at any point: \"any\" kind, or a kind such as reply")
 	detector := fs.String("detector", "", "failure detector: \"perfect\" (suspects crashed peers only) or \"imperfect\" (see -false)")
 	falseSus := fs.Int("false", 1, "with -detector imperfect: suspicions of live peers allowed in a run")
@@ -189,6 +201,33 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			return bad("-crash: %q is not any or a peer id", *crash)
 		}
 		cfg.Faults.Crash, cfg.Faults.CrashPeer = true, p
+	}
+	if *crashInside {
+		if !cfg.Faults.Crash {
+			cfg.Faults.Crash, cfg.Faults.CrashPeer = true, dmutex.AnyPeer
+		}
+		cfg.Faults.CrashInside = true
+	}
+	if *partition != "" {
+		side, err := parseInts(*partition)
+		if err != nil {
+			return bad("-partition: %v", err)
+		}
+		for _, p := range side {
+			if p < 0 || p >= 64 {
+				return bad("-partition: peer %d is not a peer id", p)
+			}
+			if cfg.Faults.Partition&(1<<uint(p)) != 0 {
+				return bad("-partition: peer %d named twice", p)
+			}
+			cfg.Faults.Partition |= 1 << uint(p)
+		}
+	}
+	if *heal {
+		if *partition == "" {
+			return bad("-heal: no -partition to heal")
+		}
+		cfg.Faults.Heal = true
 	}
 	switch l := strings.ToLower(*lose); l {
 	case "":

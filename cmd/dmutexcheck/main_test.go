@@ -184,3 +184,60 @@ func TestFencedFlag(t *testing.T) {
 	assert.Contains(t, m, "fencedSafe")
 	assert.Nil(t, m["fencedSafe"], "null when not checked")
 }
+
+// checkJSON runs the command with -json and returns its exit code and
+// result.
+func checkJSON(t *testing.T, args ...string) (int, dmutex.CheckResult) {
+	t.Helper()
+	code, stdout, stderr := runCmd(t, append(args, "-json")...)
+	var r dmutex.CheckResult
+	require.NoError(t, json.Unmarshal([]byte(stdout), &r), stderr)
+	return code, r
+}
+
+// TestFaultFlags: -crash-inside, -partition and -heal reach Check. Each
+// changes what is explored (fewer states when a crash strikes only inside,
+// blocked survivors when the token's side is cut off, more states when the
+// partition may heal), and bad values are usage errors that name them.
+func TestFaultFlags(t *testing.T) {
+	codeAny, any := checkJSON(t, "-alg", "suzuki-kasami", "-crash", "any")
+	codeIn, inside := checkJSON(t, "-alg", "suzuki-kasami", "-crash-inside")
+	require.Equal(t, 0, codeAny)
+	require.Equal(t, 0, codeIn)
+	assert.Equal(t, "crash any", any.Faults)
+	assert.Equal(t, "crash any inside", inside.Faults)
+	assert.Less(t, inside.States, any.States, "a crash only inside explores fewer states")
+	assert.Positive(t, inside.Blocked, "the holder's crash takes the token with it")
+
+	_, one := checkJSON(t, "-alg", "suzuki-kasami", "-crash", "1", "-crash-inside")
+	assert.Equal(t, "crash P1 inside", one.Faults)
+	assert.Less(t, one.States, inside.States)
+
+	code, cut := checkJSON(t, "-alg", "suzuki-kasami", "-partition", "0,2")
+	require.Equal(t, 0, code)
+	assert.Equal(t, "partition {0,2}|rest", cut.Faults)
+	assert.Positive(t, cut.Blocked, "the side without the token waits for ever")
+	code, healed := checkJSON(t, "-alg", "suzuki-kasami", "-partition", "0,2", "-heal")
+	require.Equal(t, 0, code)
+	assert.Equal(t, "partition {0,2}|rest then heal", healed.Faults)
+	assert.Greater(t, healed.States, cut.States, "a heal adds the states after it")
+
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-alg", "lamport", "-partition", "0,x"}, `-partition: "0,x" is not a list of numbers`},
+		{[]string{"-alg", "lamport", "-partition", "-1"}, "-partition: peer -1 is not a peer id"},
+		{[]string{"-alg", "lamport", "-partition", "0,0"}, "-partition: peer 0 named twice"},
+		{[]string{"-alg", "lamport", "-partition", "0,5"}, "names peer 5, out of range [0, 3)"},
+		{[]string{"-alg", "lamport", "-heal"}, "-heal: no -partition to heal"},
+		{[]string{"-alg", "lamport", "-crash", "4", "-crash-inside"}, "crash of peer 4 out of range"},
+	} {
+		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
+			code, stdout, stderr := runCmd(t, tt.args...)
+			assert.Equal(t, 2, code)
+			assert.Empty(t, stdout)
+			assert.Contains(t, stderr, tt.want)
+		})
+	}
+}
