@@ -190,10 +190,12 @@ type CheckConfig struct {
 	MaxStates int
 
 	// SafetyOnly skips the graph that liveness and bounded waiting need:
-	// about 40 bytes per state instead of about 150, for the biggest
-	// spaces. The search is then depth first, so a counterexample is not
-	// always a shortest one, and StarvationFree and MaxOvertakes are not
-	// computed (Liveness is false).
+	// the search keeps a 128-bit fingerprint per state (16 bytes, in a
+	// table between 3/8 and 3/4 full) and the worlds of the current path,
+	// instead of about 150 bytes per state and the whole frontier, for the
+	// biggest spaces. The search is then depth first, so a counterexample
+	// is not always a shortest one, and StarvationFree and MaxOvertakes are
+	// not computed (Liveness is false).
 	SafetyOnly bool
 
 	// StopAtDeadlock ends the search at the first deadlock, as it always
@@ -382,7 +384,7 @@ type checker struct {
 	cfg   *config
 	res   CheckResult
 	seeds [2]maphash.Seed
-	fps   map[[2]uint64]int32
+	fps   *visited
 	buf   []byte
 	sbuf  []byte
 	mbufs [][]byte
@@ -402,7 +404,13 @@ type checker struct {
 
 	classes map[string]int32 // unordered network: message encoding to class
 
-	firstDeadlock int32 // a deadlocked state, -1 for none
+	firstDeadlock int32        // breadth first: a deadlocked state, -1 for none
+	deadlockPath  []Transition // depth first: the path to a deadlock, nil for none
+
+	limit      int // states after which the search stops; <= 0 for none
+	expanded   int // states expanded so far
+	tamed      bool
+	lastReport time.Time
 
 	overlap *Violation // with Fenced: the first step that let two peers in, which does not stop the search
 
@@ -531,7 +539,6 @@ func newChecker(cc CheckConfig) (*checker, error) {
 		cc:            cc,
 		cfg:           cfg,
 		seeds:         [2]maphash.Seed{maphash.MakeSeed(), maphash.MakeSeed()},
-		fps:           make(map[[2]uint64]int32),
 		graph:         !cc.SafetyOnly && cc.N <= 64,
 		firstDeadlock: -1,
 	}
@@ -589,9 +596,9 @@ func (c *checker) startWorld(trace bool) (*World, error) {
 }
 
 // fingerprint returns the 128-bit hash of w's encoding.
-func (c *checker) fingerprint(w *World) [2]uint64 {
+func (c *checker) fingerprint(w *World) fingerprint {
 	c.buf = w.appendState(c.buf[:0], &c.mbufs, &c.sbuf)
-	return [2]uint64{maphash.Bytes(c.seeds[0], c.buf), maphash.Bytes(c.seeds[1], c.buf)}
+	return fingerprint{maphash.Bytes(c.seeds[0], c.buf), maphash.Bytes(c.seeds[1], c.buf)}
 }
 
 // classOf is the fairness class of transition t in w: "peer q leaves",
@@ -629,10 +636,12 @@ func (c *checker) classOf(t Transition) int32 {
 func (c *checker) crashedNow(p int) bool { return c.cur != nil && c.cur.isCrashed(p) }
 
 // explore runs the search. It stops at the first safety violation, and
-// records the first deadlock (a shortest one) but goes on.
+// records the first deadlock but goes on. With the graph it is breadth
+// first, so that a counterexample is a shortest one; without, it is depth
+// first and keeps only the worlds on the current path.
 func (c *checker) explore(ctx context.Context) error {
 	c.start = time.Now()
-	// The search allocates a world per transition and keeps a fraction:
+	// The search allocates worlds and machines and keeps a fraction:
 	// collecting less often roughly halves its time.
 	defer debug.SetGCPercent(debug.SetGCPercent(400))
 	w, err := c.startWorld(false)
@@ -644,67 +653,90 @@ func (c *checker) explore(ctx context.Context) error {
 		}
 		return err
 	}
-	limit := c.cc.MaxStates
-	if limit == 0 {
-		limit = DefaultMaxStates
+	c.limit = c.cc.MaxStates
+	if c.limit == 0 {
+		c.limit = DefaultMaxStates
 	}
-	c.fps[c.fingerprint(w)] = 0
-	c.parent = append(c.parent, -1)
+	c.fps = newVisited(c.graph)
+	c.fps.add(c.fingerprint(w), 0)
 	c.res.States = 1
-	work := []*World{w}
-	ids := []int32{0}
-	head := 0
-	var trs []Transition
-	var spare *World
-	lastReport := c.start
-	complete := true
-	expanded := 0
-	tamed := false
-	for head < len(work) {
-		var cur *World
-		var id int32
-		if c.graph {
-			cur, id = work[head], ids[head]
-			work[head] = nil
-			head++
-		} else {
-			last := len(work) - 1
-			cur, id = work[last], ids[last]
-			work[last] = nil
-			work, ids = work[:last], ids[:last]
-		}
-		expanded++
-		if expanded&4095 == 0 {
-			if !tamed && c.res.States > 1<<20 {
-				// Past a million states the heap is mostly live: collect
-				// as usual, or a big run's heap grows to five times what
-				// it keeps.
-				debug.SetGCPercent(100)
-				tamed = true
-			}
-			if err := ctx.Err(); err != nil {
-				return err
-			}
-			if c.cc.Progress != nil && time.Since(lastReport) > time.Second {
-				lastReport = time.Now()
-				c.cc.Progress(CheckProgress{States: c.res.States, Transitions: c.res.Transitions, Elapsed: time.Since(c.start)})
-			}
-		}
-		info := stateInfo{}
-		for p := range c.cc.N {
-			if cur.isCrashed(p) {
+	c.lastReport = c.start
+	var complete bool
+	if c.graph {
+		complete, err = c.breadthFirst(ctx, w)
+	} else {
+		complete, err = c.depthFirst(ctx, w)
+	}
+	if err != nil || c.res.Violation != nil {
+		return err
+	}
+	if c.graph {
+		c.off = append(c.off, int32(len(c.to)))
+	}
+	c.finish(complete)
+	switch {
+	case c.firstDeadlock >= 0:
+		c.res.Violation = c.violation("deadlock", c.pathTo(c.firstDeadlock), -1, Transition{}, "")
+	case c.deadlockPath != nil:
+		c.res.Violation = c.violationAlong("deadlock", c.deadlockPath, -1, Transition{}, "")
+	}
+	if c.res.Violation != nil {
+		c.res.DeadlockFree = false
+		c.res.StarvationFree = false
+	}
+	return nil
+}
+
+// tick is called once per expanded state: every 4096 it checks ctx,
+// reports progress and tames the collector.
+func (c *checker) tick(ctx context.Context) error {
+	c.expanded++
+	if c.expanded&4095 != 0 {
+		return nil
+	}
+	if !c.tamed && c.res.States > 1<<20 {
+		// Past a million states the heap is mostly live: collect as
+		// usual, or a big run's heap grows to five times what it keeps.
+		debug.SetGCPercent(100)
+		c.tamed = true
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if c.cc.Progress != nil && time.Since(c.lastReport) > time.Second {
+		c.lastReport = time.Now()
+		c.cc.Progress(CheckProgress{States: c.res.States, Transitions: c.res.Transitions, Elapsed: time.Since(c.start)})
+	}
+	return nil
+}
+
+// A verdict is what examine found of a state.
+type verdict uint8
+
+const (
+	vOK       verdict = iota
+	vDeadlock         // quiet with a request unserved, no fault struck
+	vBroken           // a promise for a cluster at rest is broken: c.restErr
+)
+
+// examine lists cur's transitions into trs and, if cur is quiet, checks
+// it; with the graph it also records what holds in cur.
+func (c *checker) examine(cur *World, trs []Transition) ([]Transition, verdict, error) {
+	c.cur = cur
+	var info stateInfo
+	if c.graph {
+		for p, s := range cur.peers {
+			crashed := cur.isCrashed(p)
+			if crashed {
 				info.crashed |= 1 << uint(p%64)
 			}
-		}
-		for p, s := range cur.peers {
-			if s.requested && !cur.isCrashed(p) {
+			if s.requested && !crashed {
 				info.waitAny |= 1 << uint(p%64)
 			}
 		}
 		if cur.f.parted && cur.f.group == nil {
 			info.flags |= stHealed
 		}
-		c.cur = cur
 		if cur.faulted() {
 			info.flags |= stFaulted
 		}
@@ -715,36 +747,64 @@ func (c *checker) explore(ctx context.Context) error {
 				}
 			}
 		}
-		if c.graph {
-			c.off = append(c.off, int32(len(c.to)))
-		}
-		trs = cur.appendTransitions(trs[:0], true)
-		if cur.quiet() {
-			info.flags |= stQuiet
-			err := cur.finalCheck()
-			cur.err = nil // the faults may still strike
-			if err != nil {
-				switch {
-				case errors.Is(err, ErrBlocked):
-					info.flags |= stBlocked
-					c.res.Blocked++
-				case strings.Contains(err.Error(), ": deadlock after step"):
-					if c.firstDeadlock < 0 {
-						c.firstDeadlock = id
-					}
-					if c.cc.StopAtDeadlock {
-						head, work = len(work), work[:0]
-						complete = false
-						continue
-					}
-				default: // a promise for a cluster at rest
-					c.safetyViolation(id, Transition{}, err)
-					return nil
-				}
+		c.off = append(c.off, int32(len(c.to)))
+	}
+	trs = cur.appendTransitions(trs[:0], true)
+	v := vOK
+	var broken error
+	if cur.quiet() {
+		info.flags |= stQuiet
+		err := cur.finalCheck()
+		cur.err = nil // the faults may still strike
+		if err != nil {
+			switch {
+			case errors.Is(err, ErrBlocked):
+				info.flags |= stBlocked
+				c.res.Blocked++
+			case strings.Contains(err.Error(), ": deadlock after step"):
+				v = vDeadlock
+			default: // a promise for a cluster at rest
+				v, broken = vBroken, err
 			}
 		}
-		if c.graph {
-			c.info = append(c.info, info)
+	}
+	if c.graph {
+		c.info = append(c.info, info)
+	}
+	return trs, v, broken
+}
+
+// breadthFirst explores from w breadth first, keeping the graph, and
+// reports whether it saw every state.
+func (c *checker) breadthFirst(ctx context.Context, w *World) (bool, error) {
+	c.parent = append(c.parent, -1)
+	work := []*World{w}
+	ids := []int32{0}
+	head := 0
+	var trs []Transition
+	var spare *World
+	complete := true
+	for head < len(work) {
+		cur, id := work[head], ids[head]
+		work[head] = nil
+		head++
+		if err := c.tick(ctx); err != nil {
+			return false, err
+		}
+		var v verdict
+		var broken error
+		trs, v, broken = c.examine(cur, trs)
+		switch v {
+		case vDeadlock:
+			if c.firstDeadlock < 0 {
+				c.firstDeadlock = id
+			}
+			if c.cc.StopAtDeadlock {
+				return false, nil
+			}
+		case vBroken:
+			c.safetyViolation(id, Transition{}, broken)
+			return false, nil
 		}
 		for _, t := range trs {
 			c.res.Transitions++
@@ -761,20 +821,21 @@ func (c *checker) explore(ctx context.Context) error {
 					c.res.Violation.Property = "fenced safety"
 					c.res.Safe = c.overlap == nil
 				}
-				return nil
+				return false, nil
 			}
 			if st.overlap != nil && c.overlap == nil {
 				c.overlap = c.violation("safety", c.pathTo(id), -1, t, st.overlap.Error())
 			}
 			fp := c.fingerprint(next)
-			to, seen := c.fps[fp]
+			to, seen := c.fps.get(fp)
 			if !seen {
-				if limit > 0 && c.res.States >= limit {
+				if c.limit > 0 && c.res.States >= c.limit {
 					complete = false
+					spare = next
 					continue
 				}
 				to = int32(c.res.States)
-				c.fps[fp] = to
+				c.fps.add(fp, to)
 				c.parent = append(c.parent, id)
 				c.res.States++
 				work = append(work, next)
@@ -782,13 +843,11 @@ func (c *checker) explore(ctx context.Context) error {
 			} else {
 				spare = next // a known state: reuse its arrays
 			}
-			if c.graph {
-				c.to = append(c.to, to)
-				c.cls = append(c.cls, c.classOf(t))
-				c.ent = append(c.ent, int8(st.Entered))
-			}
+			c.to = append(c.to, to)
+			c.cls = append(c.cls, c.classOf(t))
+			c.ent = append(c.ent, int8(st.Entered))
 		}
-		if c.graph && head > 4096 && head*2 > len(work) {
+		if head > 4096 && head*2 > len(work) {
 			n := copy(work, work[head:]) // drop the explored prefix
 			clear(work[n:])
 			work = work[:n]
@@ -796,16 +855,113 @@ func (c *checker) explore(ctx context.Context) error {
 			head = 0
 		}
 	}
-	if c.graph {
-		c.off = append(c.off, int32(len(c.to)))
+	return complete, nil
+}
+
+// dfsFrame is one world on the depth-first search's path, its enabled
+// transitions, and the next one to take.
+type dfsFrame struct {
+	w    *World
+	trs  []Transition
+	next int
+}
+
+// depthFirst explores from w depth first, without the graph: it keeps
+// the worlds on the current path, and reuses each level's world and
+// machines for the next state tried there, so that a known state costs
+// no allocation. It reports whether it saw every state.
+func (c *checker) depthFirst(ctx context.Context, w *World) (bool, error) {
+	// along is the path to the world on top of the stack, as
+	// transitions: the one each frame below it took last.
+	along := func(stack []dfsFrame) []Transition {
+		var trs []Transition
+		for _, f := range stack[:len(stack)-1] {
+			trs = append(trs, f.trs[f.next-1])
+		}
+		return trs
 	}
-	c.finish(complete)
-	if c.firstDeadlock >= 0 {
-		c.res.DeadlockFree = false
-		c.res.StarvationFree = false
-		c.res.Violation = c.violation("deadlock", c.pathTo(c.firstDeadlock), -1, Transition{}, "")
+	stack := []dfsFrame{{w: w}}
+	// push examines the world just put on top of the stack; it reports
+	// false when the search must end.
+	push := func() bool {
+		f := &stack[len(stack)-1]
+		var v verdict
+		var broken error
+		f.trs, v, broken = c.examine(f.w, f.trs)
+		f.next = 0
+		switch v {
+		case vDeadlock:
+			if c.deadlockPath == nil {
+				c.deadlockPath = along(stack)
+			}
+			if c.cc.StopAtDeadlock {
+				return false
+			}
+		case vBroken:
+			c.res.Seconds = time.Since(c.start).Seconds()
+			c.res.Violation = c.violationAlong("safety", along(stack), -1, Transition{}, broken.Error())
+			return false
+		}
+		return true
 	}
-	return nil
+	if !push() {
+		return false, nil
+	}
+	complete := true
+	for len(stack) > 0 {
+		top := len(stack) - 1
+		f := &stack[top]
+		if f.next == len(f.trs) {
+			stack = stack[:top]
+			continue
+		}
+		t := f.trs[f.next]
+		f.next++
+		c.res.Transitions++
+		if top+1 == cap(stack) {
+			stack = append(stack, dfsFrame{})[:top+1]
+			f = &stack[top]
+		}
+		// The world one level down, left from an earlier visit, is
+		// nobody else's: reuse it.
+		child := &stack[:top+2][top+1]
+		if child.w == nil {
+			child.w = new(World)
+		}
+		next := f.w.cloneInto(child.w)
+		st, err := next.apply(t)
+		if err != nil {
+			c.res.Seconds = time.Since(c.start).Seconds()
+			c.res.Violation = c.violationAlong("safety", along(stack), -1, t, err.Error())
+			if next.store != nil && next.store.broken {
+				c.res.Violation.Property = "fenced safety"
+				c.res.Safe = c.overlap == nil
+			}
+			return false, nil
+		}
+		if st.overlap != nil && c.overlap == nil {
+			c.overlap = c.violationAlong("safety", along(stack), -1, t, st.overlap.Error())
+		}
+		fp := c.fingerprint(next)
+		if c.limit > 0 && c.res.States >= c.limit {
+			if _, seen := c.fps.get(fp); !seen {
+				complete = false
+			}
+			continue
+		}
+		if _, seen := c.fps.add(fp, 0); seen {
+			continue
+		}
+		c.res.States++
+		stack = stack[:top+2]
+		if err := c.tick(ctx); err != nil {
+			return false, err
+		}
+		if !push() {
+			return false, nil
+		}
+	}
+	return complete, nil
 }
 
 // finish fills in the result after a search without safety violation.
@@ -840,46 +996,65 @@ func (c *checker) pathTo(id int32) []int32 {
 // if it is not zero. msg is the broken promise, or "" to take the final
 // check's.
 func (c *checker) violation(prop string, path []int32, cycle int, last Transition, msg string) *Violation {
+	w, err := c.startWorld(false)
+	if err != nil {
+		return &Violation{Property: prop, cfg: c.cfg, run: c, Message: err.Error()}
+	}
+	var trs []Transition
+	for i := 1; i < len(path); i++ {
+		var found bool
+		for _, t := range w.appendTransitions(nil, true) {
+			next := w.Clone()
+			if _, err := next.apply(t); err != nil {
+				continue
+			}
+			if id, _ := c.fps.get(c.fingerprint(next)); id == path[i] {
+				w = next
+				trs = append(trs, t)
+				found = true
+				break
+			}
+		}
+		if !found {
+			return &Violation{Property: prop, cfg: c.cfg, run: c,
+				Message: "dmutex: internal error: the counterexample does not replay"}
+		}
+	}
+	if cycle >= 0 {
+		cycle--
+	}
+	return c.violationAlong(prop, trs, cycle, last, msg)
+}
+
+// violationAlong builds the counterexample that takes the transitions trs
+// from the start, repeats from trs[cycle] on if cycle >= 0 (cycle may be
+// len(trs)), and then takes last if it is not zero. msg is the broken
+// promise, or "" to take the final check's.
+func (c *checker) violationAlong(prop string, trs []Transition, cycle int, last Transition, msg string) *Violation {
 	v := &Violation{Property: prop, cfg: c.cfg, run: c, CycleStart: -1}
 	w, err := c.startWorld(true)
 	if err != nil {
 		v.Message = err.Error()
 		return v
 	}
-	for i := 1; i < len(path); i++ {
+	if last.Kind != 0 {
+		trs = append(slices.Clip(trs), last)
+	}
+	for i, t := range trs {
 		if i == cycle {
 			v.CycleStart = len(v.Trace)
 		}
-		var found bool
-		for _, t := range w.appendTransitions(nil, true) {
-			next := w.Clone()
-			next.trace = false
-			if _, err := next.apply(t); err != nil {
-				continue
-			}
-			if c.fps[c.fingerprint(next)] == path[i] {
-				st, _ := w.apply(t)
-				v.Trace = append(v.Trace, st.String())
-				v.Transitions = append(v.Transitions, t.ID())
-				found = true
-				break
-			}
-		}
-		if !found {
+		t, ok := w.Find(t.ID())
+		if !ok {
 			v.Message = "dmutex: internal error: the counterexample does not replay"
 			return v
 		}
+		st, _ := w.apply(t)
+		v.Trace = append(v.Trace, st.String())
+		v.Transitions = append(v.Transitions, t.ID())
 	}
-	if cycle == len(path) {
+	if cycle == len(trs) {
 		v.CycleStart = len(v.Trace)
-	}
-	if last.Kind != 0 {
-		t, ok := w.Find(last.ID())
-		if ok {
-			st, _ := w.apply(t)
-			v.Trace = append(v.Trace, st.String())
-			v.Transitions = append(v.Transitions, t.ID())
-		}
 	}
 	if msg == "" {
 		if err := w.finalCheck(); err != nil {

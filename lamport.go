@@ -195,15 +195,91 @@ func (l *lamport) clone() machine {
 	return &c
 }
 
-func (l *lamport) appendState(b []byte) []byte {
-	b = appendUint(b, l.clock)
-	b = appendUints(b, l.queue)
-	b = appendUints(b, l.last)
+func (l *lamport) assign(src machine) bool {
+	s, ok := src.(*lamport)
+	if !ok {
+		return false
+	}
+	queue, last := l.queue, l.last
+	*l = *s
+	l.queue, l.last = reuse(queue, s.queue), reuse(last, s.last)
+	return true
+}
+
+func (l *lamport) appendState(b []byte) []byte { return l.appendStateIn(b, false, 0) }
+
+// appendStateIn leaves out of the encoding what no future event reads;
+// two states that differ only there behave the same, and the checker
+// counts them once. Two invariants carry the argument: the clock is at
+// least every stamp received (last[j] and queue[j] for j != id), and a
+// request is stamped above the clock, so a new request starts later than
+// every stamp the peer holds.
+//
+//   - ts is read only while a request or try waits (the entry rule, the
+//     replies to a try) or the peer is inside (by the world's order
+//     check), and each request overwrites it; answers only while a try
+//     waits, and each try resets it.
+//   - last[j] is read only by the entry rule of a waiting request (not a
+//     try), as "j sent a message stamped later than the request", and each
+//     message from j overwrites it; at a new request that bit is clear for
+//     every j. So it is encoded as that bit, and not at all otherwise.
+//   - queue[j] is read by the entry rule, as "j's request goes before
+//     ours", by a try's arrival (ahead compares it with the try's stamp),
+//     and as "queued or not" at rest. Once no try will be made or
+//     delivered again (noTries), it is encoded as queued or not and, while
+//     a request waits, that bit of the entry rule: at a new request every
+//     queued request goes before it.
+//
+// Every stamp is used only through <, max and +1, so the world encodes
+// them less off (see clockMachine); 0 stays "none" in queue.
+func (l *lamport) appendStateIn(b []byte, noTries bool, off uint64) []byte {
+	waits := l.wanting && !l.trying
+	// The flags come first: they say what follows.
 	b = appendBool(b, l.wanting)
 	b = appendBool(b, l.trying)
-	b = appendInt(b, l.answers)
 	b = appendBool(b, l.held)
-	return appendUint(b, l.ts)
+	b = appendBool(b, noTries)
+	b = appendUint(b, l.clock-off)
+	if l.wanting || l.held {
+		b = appendUint(b, l.ts-off)
+	}
+	if l.trying {
+		b = appendInt(b, l.answers)
+	}
+	for j, t := range l.queue {
+		switch {
+		case t == 0:
+			b = append(b, 0)
+		case !noTries:
+			b = appendUint(b, t-off+1)
+		case j != l.id && waits && before(t, j, l.ts, l.id):
+			b = append(b, 2)
+		default:
+			b = append(b, 1)
+		}
+	}
+	if waits {
+		for j, t := range l.last {
+			b = appendBool(b, j != l.id && t > l.ts)
+		}
+	}
+	return b
+}
+
+// minStamp is the least stamp appendStateIn encodes.
+func (l *lamport) minStamp(noTries bool) uint64 {
+	m := l.clock
+	if l.wanting || l.held {
+		m = min(m, l.ts)
+	}
+	if !noTries {
+		for _, t := range l.queue {
+			if t != 0 {
+				m = min(m, t)
+			}
+		}
+	}
+	return m
 }
 
 func (l *lamport) describe() []Field {

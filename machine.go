@@ -120,6 +120,41 @@ type machine interface {
 	appendState(b []byte) []byte
 }
 
+// assigner is implemented by machines that can take over the state of
+// another machine of their type, reusing their own arrays, so that the
+// checker copies a state without allocating. assign reports false, and
+// changes nothing, when src is of another type.
+type assigner interface {
+	assign(src machine) bool
+}
+
+// reuse returns a copy of src in dst's array: nil for nil.
+func reuse[T any](dst, src []T) []T {
+	if src == nil {
+		return nil
+	}
+	return append(dst[:0], src...)
+}
+
+// A clockMachine is a machine whose stamps (its clock, the stamps it
+// keeps, and the TS and non-zero Ref of every message it sends) matter
+// only through their order, max and +1, with 0 meaning "none" where it is
+// kept: adding one constant to every stamp of a whole world of such
+// machines changes nothing they do. The world then encodes every stamp
+// less the least one it encodes, so that states that differ by such a
+// shift are one state.
+//
+// appendStateIn appends the machine's encoding with every stamp it
+// encodes less off (all at least off), and may leave out what no future
+// event can read given noTries, a fact of the whole world that its own
+// encoding implies: no try will be made or delivered again (every peer's
+// budget of tries is spent and no try is in flight). minStamp returns
+// the least stamp appendStateIn would encode with that noTries.
+type clockMachine interface {
+	appendStateIn(b []byte, noTries bool, off uint64) []byte
+	minStamp(noTries bool) uint64
+}
+
 // tokenHolder is implemented by machines of token algorithms, so that the
 // simulator and model checker can count tokens: exactly one must exist,
 // held by a machine or in flight.

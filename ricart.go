@@ -265,6 +265,18 @@ func (r *ricart) clone() machine {
 	return &c
 }
 
+func (r *ricart) assign(src machine) bool {
+	s, ok := src.(*ricart)
+	if !ok {
+		return false
+	}
+	granted, deferred, seen, suspected := r.granted, r.deferred, r.seen, r.suspected
+	*r = *s
+	r.granted, r.deferred = reuse(granted, s.granted), reuse(deferred, s.deferred)
+	r.seen, r.suspected = reuse(seen, s.seen), reuse(suspected, s.suspected)
+	return true
+}
+
 func (r *ricart) appendState(b []byte) []byte {
 	b = appendUint(b, r.clock)
 	b = append(b, byte(r.state))

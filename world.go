@@ -61,6 +61,7 @@ type World struct {
 
 	tokens   bool // the machines implement tokenHolder
 	regen    bool // the machines regenerate tokens: at most one per epoch, not exactly one
+	clocks   bool // the machines implement clockMachine: stamps are encoded less the least
 	inFlight int  // token messages in flight
 
 	order    orderRule
@@ -85,6 +86,14 @@ type World struct {
 	restChecked uint64 // acts+1 when the world was last found sound at rest; 0 never
 	owns        []bool // the array behind own and qown
 	ints        []int  // the array behind pos and active
+
+	// made[i] says that ms[i] is a copy this world made (by machine); nil
+	// in a world that cloneInto never built. spare[i], if not nil, is
+	// such a copy of peer i's machine, from before cloneInto reused the
+	// world: machine copies a state into it instead of allocating a
+	// clone. Neither is shared by clones.
+	made  []bool
+	spare []machine
 }
 
 // peerStatus is the runtime status of one peer, kept beside its machine
@@ -495,6 +504,15 @@ func (w *World) classify() {
 	_, w.tokens = w.ms[0].(tokenHolder)
 	r, ok := w.ms[0].(regenerator)
 	w.regen = ok && r.regenerates()
+	// Only over FIFO queues: there the checker's fairness classes are
+	// the pairs, while over a bag they are the messages' encodings, which
+	// a shift would tell apart along one run.
+	w.clocks = w.cfg.sim.delivery == DeliverFIFO
+	for _, m := range w.ms {
+		if _, ok := m.(clockMachine); !ok {
+			w.clocks = false
+		}
+	}
 	w.order = orderNone
 	if _, ok := w.ms[0].(timestamped); ok {
 		w.order = orderTimestamp
@@ -521,12 +539,30 @@ func (w *World) Err() error { return w.err }
 // shared too, and each world extends its own.
 func (w *World) Clone() *World { return w.cloneInto(new(World)) }
 
-// cloneInto makes c a clone of w, reusing c's arrays, and returns it. c
-// must be a world nobody else shares, such as a fresh one or a clone that
-// a checker found was a state it knew.
+// cloneInto makes c a clone of w, reusing c's arrays and the machines it
+// copied, and returns it. c must be a world nobody else shares, and whose
+// own clones are no longer used: a fresh one, a clone that a checker
+// found was a state it knew, or a world a depth-first search is done
+// with.
 func (w *World) cloneInto(c *World) *World {
-	ms, peers, queues, owns, ints, inside, out := c.ms, c.peers, c.queues, c.owns, c.ints, c.inside, c.out
+	ms, peers, queues, owns, ints, inside, out, spare, made := c.ms, c.peers, c.queues, c.owns, c.ints, c.inside, c.out, c.spare, c.made
+	// The machines c copied are nobody's but its clones', which are no
+	// longer used: keep them to copy states into.
+	for i, mine := range made {
+		if mine {
+			if spare == nil {
+				spare = make([]machine, w.n)
+			}
+			spare[i] = ms[i]
+		}
+	}
+	if made == nil {
+		made = make([]bool, w.n)
+	} else {
+		clear(made)
+	}
 	*c = *w
+	c.spare, c.made = spare, made
 	c.ms = append(ms[:0], w.ms...)
 	c.peers = append(peers[:0], w.peers...)
 	// The ownership flags of machines and queues, in one array.
@@ -578,10 +614,31 @@ func (w *World) cloneInto(c *World) *World {
 // machine returns peer p's machine, ready to be stepped: its own copy.
 func (w *World) machine(p int) machine {
 	if !w.own[p] {
-		w.ms[p] = w.ms[p].clone()
+		if s := w.spareFor(p); s != nil && s.(assigner).assign(w.ms[p]) {
+			w.ms[p] = s
+		} else {
+			w.ms[p] = w.ms[p].clone()
+		}
 		w.own[p] = true
+		if w.made != nil {
+			w.made[p] = true
+		}
 	}
 	return w.ms[p]
+}
+
+// spareFor takes from w.spare a machine of peer p that can copy another's
+// state, or returns nil.
+func (w *World) spareFor(p int) machine {
+	if w.spare == nil || w.spare[p] == nil {
+		return nil
+	}
+	s := w.spare[p]
+	w.spare[p] = nil
+	if _, ok := s.(assigner); !ok {
+		return nil
+	}
+	return s
 }
 
 // Peer returns peer p's status; p must be in range.
@@ -1569,8 +1626,18 @@ func (w *World) blocked(waiting []int) error {
 // equally exactly when they behave the same from now on, whatever their
 // messages' serial numbers. scratch is reused for the bag's sorting.
 func (w *World) appendState(b []byte, scratch *[][]byte, sbuf *[]byte) []byte {
+	var noTries bool
+	var off uint64
+	if w.clocks {
+		noTries = w.triesOver()
+		off = w.stampOffset(noTries)
+	}
 	for p, m := range w.ms {
-		*sbuf = m.appendState((*sbuf)[:0])
+		if w.clocks {
+			*sbuf = m.(clockMachine).appendStateIn((*sbuf)[:0], noTries, off)
+		} else {
+			*sbuf = m.appendState((*sbuf)[:0])
+		}
 		b = appendInt(b, len(*sbuf))
 		b = append(b, *sbuf...)
 		s := &w.peers[p]
@@ -1586,7 +1653,7 @@ func (w *World) appendState(b []byte, scratch *[][]byte, sbuf *[]byte) []byte {
 		for _, q := range w.queues {
 			b = appendInt(b, len(q))
 			for _, e := range q {
-				b = appendMessage(b, e.m)
+				b = appendMessage(b, shifted(e.m, off))
 				if w.store != nil {
 					b = appendUint(b, e.m.Fence)
 				}
@@ -1600,7 +1667,7 @@ func (w *World) appendState(b []byte, scratch *[][]byte, sbuf *[]byte) []byte {
 			if i < cap(bufs) {
 				mb = bufs[:i+1][i][:0]
 			}
-			mb = appendMessage(mb, e.m)
+			mb = appendMessage(mb, shifted(e.m, off))
 			if w.store != nil {
 				mb = appendUint(mb, e.m.Fence)
 			}
@@ -1615,7 +1682,9 @@ func (w *World) appendState(b []byte, scratch *[][]byte, sbuf *[]byte) []byte {
 	}
 	switch w.order {
 	case orderTimestamp:
-		b = appendUint(b, w.lastTS)
+		if w.lastID >= 0 {
+			b = appendUint(b, w.lastTS-off)
+		}
 		b = appendInt(b, w.lastID)
 	case orderCoordinator:
 		b = appendInts(b, w.arrivals)
@@ -1644,6 +1713,68 @@ func (w *World) appendState(b []byte, scratch *[][]byte, sbuf *[]byte) []byte {
 		b = appendInt(b, s.last)
 	}
 	return b
+}
+
+// stampOffset returns the least stamp the world encodes, with clocks
+// set: every clockMachine's, the TS and non-zero Ref of every message in
+// flight, and the latest entry's stamp once there is one.
+func (w *World) stampOffset(noTries bool) uint64 {
+	off := ^uint64(0)
+	for _, m := range w.ms {
+		off = min(off, m.(clockMachine).minStamp(noTries))
+	}
+	msg := func(m Message) {
+		off = min(off, m.TS)
+		if m.Ref != 0 {
+			off = min(off, m.Ref)
+		}
+	}
+	for _, q := range w.queues {
+		for _, e := range q {
+			msg(e.m)
+		}
+	}
+	for _, e := range w.bag {
+		msg(e.m)
+	}
+	if w.order == orderTimestamp && w.lastID >= 0 {
+		off = min(off, w.lastTS)
+	}
+	return off
+}
+
+// shifted returns m with its stamps less off: TS, and Ref if it is not
+// zero.
+func shifted(m Message, off uint64) Message {
+	m.TS -= off
+	if m.Ref != 0 {
+		m.Ref -= off
+	}
+	return m
+}
+
+// triesOver reports whether no try will be made or delivered again: no
+// peer may still try, and no try is in flight. The encoding of the
+// budgets and of the messages in flight implies it.
+func (w *World) triesOver() bool {
+	for p := range w.peers {
+		if w.peers[p].tries != 0 && !w.isCrashed(p) {
+			return false
+		}
+	}
+	for _, q := range w.queues {
+		for _, e := range q {
+			if e.m.Kind == KindTry {
+				return false
+			}
+		}
+	}
+	for _, e := range w.bag {
+		if e.m.Kind == KindTry {
+			return false
+		}
+	}
+	return true
 }
 
 // appendMessage appends a canonical, self-delimiting encoding of m; Fence

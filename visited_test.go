@@ -1,0 +1,116 @@
+package dmutex
+
+import (
+	"context"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// TestVisited: the table finds what it holds, keeps each fingerprint's
+// first id through its growth, and holds the zero fingerprint, which
+// marks an empty slot, apart from the others.
+func TestVisited(t *testing.T) {
+	for _, withIDs := range []bool{true, false} {
+		v := newVisited(withIDs)
+		const n = 200_000 // several doublings
+		fp := func(i int) fingerprint { return fingerprint{uint64(i+1) * 0x9e3779b97f4a7c15, uint64(i + 1)} }
+		for i := range n {
+			id, seen := v.add(fp(i), int32(i))
+			require.False(t, seen, "%d", i)
+			require.Equal(t, int32(i), id)
+		}
+		assert.Equal(t, n, v.len())
+		for i := range n {
+			id, seen := v.add(fp(i), -1)
+			require.True(t, seen, "%d", i)
+			got, ok := v.get(fp(i))
+			require.True(t, ok)
+			if withIDs {
+				require.Equal(t, int32(i), id)
+				require.Equal(t, int32(i), got)
+			}
+		}
+		_, ok := v.get(fp(n))
+		assert.False(t, ok)
+		_, ok = v.get(fingerprint{})
+		assert.False(t, ok)
+		_, seen := v.add(fingerprint{}, 7)
+		assert.False(t, seen)
+		_, ok = v.get(fingerprint{})
+		assert.True(t, ok, "the zero fingerprint is held too")
+		assert.Equal(t, n+1, v.len())
+	}
+}
+
+// TestSafetyOnlyAgrees: the depth-first search without the graph, which
+// reuses its worlds and their machines level by level, finds exactly the
+// states, transitions and blocked states of the breadth-first search.
+func TestSafetyOnlyAgrees(t *testing.T) {
+	for _, cfg := range []CheckConfig{
+		{Algorithm: RicartAgrawala, Requests: 2},
+		{Algorithm: RicartAgrawala, Requests: 2, Options: []Option{WithImplicitReplies()}},
+		{Algorithm: Lamport, N: 2, Requests: 3},
+		{Algorithm: Lamport, N: 2, Requests: 2, Tries: 1},
+		{Algorithm: Lamport, N: 3, Requests: 1},
+		{Algorithm: SuzukiKasami, Requests: 2, Network: NetworkUnordered},
+		{Algorithm: Maekawa, Requests: 2},
+		{Algorithm: TokenRing, N: 4, Faults: CheckFaults{Crash: true, CrashPeer: AnyPeer}},
+		{Algorithm: Raymond, N: 4, Requests: 2, Faults: CheckFaults{Lose: true}},
+		{Algorithm: Centralized, Requests: 2, Faults: CheckFaults{Partition: 1, Heal: true}},
+	} {
+		bfs := mustCheck(t, cfg)
+		cfg.SafetyOnly = true
+		dfs := mustCheck(t, cfg)
+		name := bfs.Algorithm + "/" + bfs.Faults
+		require.True(t, bfs.Complete && dfs.Complete, name)
+		assert.Equal(t, bfs.States, dfs.States, name)
+		assert.Equal(t, bfs.Transitions, dfs.Transitions, name)
+		assert.Equal(t, bfs.Blocked, dfs.Blocked, name)
+		assert.Equal(t, bfs.Safe, dfs.Safe, name)
+		assert.Equal(t, bfs.DeadlockFree, dfs.DeadlockFree, name)
+		assert.False(t, dfs.Liveness, name)
+	}
+}
+
+// TestSafetyOnlyCounterexamples: without the graph, a counterexample is
+// the path the depth-first search stood on, and it replays.
+func TestSafetyOnlyCounterexamples(t *testing.T) {
+	for _, v := range Variants() {
+		t.Run(v.Name, func(t *testing.T) {
+			bfs := mustCheck(t, CheckConfig{Variant: v.Name, StopAtDeadlock: true})
+			require.NotNil(t, bfs.Violation)
+			// Without StopAtDeadlock, so that a deadlock the search meets
+			// first does not hide a safety violation.
+			res, err := Check(context.Background(), CheckConfig{Variant: v.Name, SafetyOnly: true})
+			require.NoError(t, err)
+			if bfs.Violation.Property == "starvation" {
+				require.Nil(t, res.Violation, "a starvation needs the graph")
+				return
+			}
+			require.NotNil(t, res.Violation, "no counterexample in %d states", res.States)
+			if bfs.Violation.Property == "safety" {
+				assert.Equal(t, "safety", res.Violation.Property)
+			}
+			assert.Len(t, res.Violation.Transitions, len(res.Violation.Trace))
+			w, err := res.Violation.Replay()
+			require.NotNil(t, w)
+			if res.Violation.Property == "safety" {
+				require.NoError(t, err)
+				last, ok := w.Find(res.Violation.Transitions[len(res.Violation.Transitions)-1])
+				require.True(t, ok)
+				_, err = w.Apply(last)
+				if err == nil && w.quiet() {
+					err = w.finalCheck() // a promise for a cluster at rest
+				}
+				require.ErrorIs(t, err, ErrViolation, "the last step breaks the promise again")
+			} else {
+				require.NoError(t, err)
+				assert.Equal(t, "deadlock", res.Violation.Property)
+				assert.True(t, w.quiet(), "the trace ends where nothing is left to do")
+				assert.NotEmpty(t, w.Waiting())
+			}
+		})
+	}
+}
