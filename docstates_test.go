@@ -130,3 +130,86 @@ func checkStateCell(t *testing.T, cc checkCase, res CheckResult) {
 	}
 	require.Equal(t, want, have, "README's state table, %s; run\n\t%s", cc.name(), docUpdateCommand)
 }
+
+// The README's table of bounded waiting with four peers
+// ("overtakes-n4"): one row per algorithm, a cell per number of requests
+// (1 or 2, FIFO), each "max overtakes (states)", from the checkCases with
+// n = 4. TestDocTables -update writes it (the big cases only with
+// -dmutex.big), and TestModelCheck compares every case it runs with the
+// graph against its cell.
+
+var overtakeHead = []string{"algorithm", "r = 1", "r = 2"}
+
+// overtakeCases returns the cases of the table, by row and column.
+func overtakeCases() map[string][2]*checkCase {
+	cells := map[string][2]*checkCase{}
+	for _, cc := range checkCases() {
+		if cc.n != 4 || cc.net != NetworkFIFO || cc.requests > 2 || (cc.big && !cc.live) {
+			continue
+		}
+		row := cells[stateRowName(cc.v)]
+		row[cc.requests-1] = &cc
+		cells[stateRowName(cc.v)] = row
+	}
+	return cells
+}
+
+func overtakeCell(res CheckResult) string {
+	return fmt.Sprintf("%d (%s states)", res.MaxOvertakes, commas(res.States))
+}
+
+// readOvertakeTable parses the README's table: row name to cells.
+func readOvertakeTable(t testing.TB, text string) map[string][]string {
+	_, body, _ := section(t, text, "<!-- BEGIN overtakes-n4 -->\n", "<!-- END overtakes-n4 -->")
+	rows := map[string][]string{}
+	for i, line := range strings.Split(strings.TrimSpace(body), "\n") {
+		if i < 2 || line == "" {
+			continue
+		}
+		cells := strings.Split(strings.Trim(line, "| "), " | ")
+		rows[cells[0]] = cells[1:]
+	}
+	return rows
+}
+
+// overtakeTable computes the table; without big, the big cases keep
+// their old cells.
+func overtakeTable(t testing.TB, old map[string][]string, big bool) string {
+	cases := overtakeCases()
+	var b strings.Builder
+	b.WriteString("| " + strings.Join(overtakeHead, " | ") + " |\n")
+	b.WriteString(strings.Repeat("| --- ", len(overtakeHead)) + "|\n")
+	for _, a := range docAlgs() {
+		cells := []string{"not checked", "not checked"}
+		for col, cc := range cases[a.name] {
+			switch {
+			case cc == nil:
+			case cc.big && !big:
+				if o := old[a.name]; len(o) > col {
+					cells[col] = o[col]
+				} else {
+					cells[col] = "(not computed)"
+				}
+			default:
+				res := mustCheck(t, CheckConfig{Algorithm: cc.v.alg, Options: cc.v.opts, N: cc.n, Requests: cc.requests, Network: cc.net})
+				require.True(t, res.Complete && res.Liveness && res.StarvationFree, cc.name())
+				cells[col] = overtakeCell(res)
+			}
+		}
+		b.WriteString("| " + a.name + " | " + strings.Join(cells, " | ") + " |\n")
+	}
+	return b.String()
+}
+
+// checkOvertakeCell fails t when the README's cell for cc differs from
+// res.
+func checkOvertakeCell(t *testing.T, cc checkCase, res CheckResult) {
+	if cc.n != 4 || cc.net != NetworkFIFO || cc.requests > 2 || !res.Liveness {
+		return
+	}
+	b, err := os.ReadFile("README.md")
+	require.NoError(t, err)
+	row := readOvertakeTable(t, string(b))[stateRowName(cc.v)]
+	require.Greater(t, len(row), cc.requests-1, "README's overtakes-n4 table has no cell for %s; run\n\t%s", cc.name(), docUpdateCommand)
+	require.Equal(t, row[cc.requests-1], overtakeCell(res), "README's overtakes-n4 table, %s; run\n\t%s", cc.name(), docUpdateCommand)
+}

@@ -332,6 +332,8 @@ func TestDocTables(t *testing.T) {
 	if *updateDocs {
 		old := readStateTable(t, readme.text)
 		readme.replace(t, "<!-- BEGIN state-table -->\n", "<!-- END state-table -->", stateTable(t, old))
+		oldOver := readOvertakeTable(t, readme.text)
+		readme.replace(t, "<!-- BEGIN overtakes-n4 -->\n", "<!-- END overtakes-n4 -->", overtakeTable(t, oldOver, *bigChecks))
 	}
 	readme.replace(t, "<!-- BEGIN cost-notes -->\n", "<!-- END cost-notes -->", computeDocNumbers(t).costNotes())
 	_, oldTrace, _ := section(t, readme.text, "<!-- BEGIN maekawa-trace -->\n", "<!-- END maekawa-trace -->")

@@ -99,18 +99,42 @@ func TestLamportCloneAndState(t *testing.T) {
 	assert.Equal(t, []uint64{0, 0, 0}, l.queue, "a clone shares no queue with its original")
 	assert.Equal(t, []uint64{0, 0, 0}, l.last, "nor last")
 
+	// A peer whose request, stamped 5, waits.
+	waiting := func() *lamport {
+		d := newLamportMachine(t, 0, 3)
+		d.clock, d.ts, d.wanting, d.queue[0] = 5, 5, true, 5
+		return d
+	}
 	changes := map[string]func(l *lamport){
 		"clock":   func(l *lamport) { l.clock = 7 },
 		"queue":   func(l *lamport) { l.queue[1] = 7 },
-		"last":    func(l *lamport) { l.last[1] = 7 },
-		"wanting": func(l *lamport) { l.wanting = true },
+		"last":    func(l *lamport) { l.last[1] = 7 }, // later than the request
+		"wanting": func(l *lamport) { l.wanting = false },
 		"held":    func(l *lamport) { l.held = true },
-		"ts":      func(l *lamport) { l.ts = 7 },
+		"ts":      func(l *lamport) { l.ts = 4 },
+		"trying":  func(l *lamport) { l.trying = true },
 	}
 	for name, change := range changes {
-		d := newLamportMachine(t, 0, 3)
+		d := waiting()
 		change(d)
-		assert.NotEqual(t, newLamportMachine(t, 0, 3).appendState(nil), d.appendState(nil), name)
+		assert.NotEqual(t, waiting().appendState(nil), d.appendState(nil), name)
+	}
+	// What nothing reads any more is left out: the stamp of a request
+	// that is over, and the stamps heard while no request waits, or
+	// earlier than the one that waits.
+	stale := map[string]func(l *lamport){
+		"ts when idle":        func(l *lamport) { l.ts = 7 },
+		"last when idle":      func(l *lamport) { l.last[1] = 7 },
+		"answers when idle":   func(l *lamport) { l.answers = 2 },
+		"last before request": func(l *lamport) { l.wanting, l.ts, l.last[1], l.last[2] = true, 5, 3, 2 },
+	}
+	for name, change := range stale {
+		d, e := newLamportMachine(t, 0, 3), newLamportMachine(t, 0, 3)
+		change(d)
+		if name == "last before request" {
+			e.wanting, e.ts = true, 5
+		}
+		assert.Equal(t, e.appendState(nil), d.appendState(nil), name)
 	}
 }
 

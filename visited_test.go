@@ -79,6 +79,9 @@ func TestSafetyOnlyAgrees(t *testing.T) {
 func TestSafetyOnlyCounterexamples(t *testing.T) {
 	for _, v := range Variants() {
 		t.Run(v.Name, func(t *testing.T) {
+			if raceEnabled && v.N > 3 {
+				t.Skip("hundreds of thousands of states, minutes under -race; TestCheckVariants checks it")
+			}
 			bfs := mustCheck(t, CheckConfig{Variant: v.Name, StopAtDeadlock: true})
 			require.NotNil(t, bfs.Violation)
 			// Without StopAtDeadlock, so that a deadlock the search meets
