@@ -212,7 +212,7 @@ func TestRaymondLightLoadAverage(t *testing.T) {
 				path += 2 * heapDistance(holder, id)
 				holder = id
 			}
-			require.Equal(t, entries, nw.entries)
+			require.Equal(t, entries, nw.entries())
 			assert.Equal(t, path, nw.total(), "each entry costs 2 x the distance")
 			depth := 0
 			for (1<<(depth+1))-1 < n {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -15,86 +16,86 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// tokNet drives the machines of one token algorithm by hand, with no
-// goroutines: the test decides which message is delivered next. It
-// counts every message at the moment a machine hands it over, and checks
-// after every step that exactly one token exists (held, or in flight)
-// and at most one peer is inside.
+// tokNet drives a World of one token algorithm by hand: the test decides
+// which message is delivered next, from every message in flight (the
+// world's bag, in order of sending). The World counts every message as a
+// machine hands it over and checks after every step that exactly one
+// token exists and at most one peer is inside; tokNet adds that only the
+// token's holder is inside, and that Suzuki-Kasami sends the token only to
+// a peer that still wants it.
 type tokNet struct {
-	alg      Algorithm
-	ms       []machine
-	inflight []Message
-	wanting  []bool
-	inside   []bool
-	sent     [numKinds]int
-	entries  int
-	out      output
+	alg Algorithm
+	w   *World
 }
 
 func newTokNet(t testing.TB, alg Algorithm, n int, opts ...Option) *tokNet {
 	t.Helper()
-	cfg, err := newConfig(alg, n, forSimulation, opts)
+	opts = append(slices.Clip(opts), WithoutTrace(), WithDelivery(DeliverReorder))
+	cfg, err := newConfig(alg, n, forWorld, opts)
 	require.NoError(t, err)
-	nw := &tokNet{alg: alg, wanting: make([]bool, n), inside: make([]bool, n)}
-	for id := range n {
-		m, err := cfg.newMachine(alg, id, n)
-		require.NoError(t, err)
-		nw.ms = append(nw.ms, m)
-	}
+	w, err := newWorld(cfg, nil)
+	require.NoError(t, err)
+	nw := &tokNet{alg: alg, w: w}
 	require.NoError(t, nw.check())
 	return nw
 }
 
-// tokIsToken reports whether m carries the token of a token algorithm.
-func tokIsToken(m Message) bool { return m.Kind == KindToken || m.Kind == KindPrivilege }
-
-// step applies ev to peer id and collects its output.
-func (nw *tokNet) step(id int, ev event) error {
-	nw.out.reset()
-	nw.ms[id].step(ev, &nw.out)
-	for _, m := range nw.out.msgs {
-		if m.From != id || m.To == id || m.To < 0 || m.To >= len(nw.ms) {
-			return fmt.Errorf("peer %d sent a malformed message %+v", id, m)
-		}
-		nw.sent[m.Kind]++
-		nw.inflight = append(nw.inflight, m)
+// inflight returns the messages in flight, in order of sending.
+func (nw *tokNet) inflight() []Message {
+	var ms []Message
+	for _, m := range nw.w.Messages() {
+		ms = append(ms, m.Msg)
 	}
-	if nw.out.entered {
-		if nw.inside[id] || !nw.wanting[id] {
-			return fmt.Errorf("peer %d entered without asking", id)
-		}
-		nw.wanting[id] = false
-		nw.inside[id] = true
-		nw.entries++
+	return ms
+}
+
+func (nw *tokNet) wanting(id int) bool { return nw.w.peers[id].requested }
+func (nw *tokNet) inside(id int) bool  { return nw.w.peers[id].inside }
+func (nw *tokNet) entries() int        { return int(nw.w.entries) }
+
+// sent returns the messages sent so far, by kind.
+func (nw *tokNet) sent() [numKinds]int {
+	var s [numKinds]int
+	for k, v := range nw.w.sent {
+		s[k] = int(v)
+	}
+	return s
+}
+
+// apply takes t and checks what tokNet adds to the world's checks.
+func (nw *tokNet) apply(t Transition) error {
+	if _, err := nw.w.Apply(t); err != nil {
+		return err
 	}
 	return nw.check()
 }
 
 // request asks for the critical section at peer id.
 func (nw *tokNet) request(id int) error {
-	if nw.wanting[id] || nw.inside[id] {
+	if nw.wanting(id) || nw.inside(id) {
 		return nil // the driver never asks twice
 	}
-	nw.wanting[id] = true
-	return nw.step(id, event{kind: evRequest})
+	if err := nw.w.Request(id); err != nil {
+		return err
+	}
+	return nw.check()
 }
 
 // release leaves the critical section at peer id.
 func (nw *tokNet) release(id int) error {
-	nw.inside[id] = false
-	return nw.step(id, event{kind: evRelease})
+	return nw.apply(Transition{Kind: TransLeave, Peer: id})
 }
 
 // deliver hands in-flight message i to its receiver.
 func (nw *tokNet) deliver(i int) error {
-	m := nw.inflight[i]
-	nw.inflight = append(nw.inflight[:i], nw.inflight[i+1:]...)
-	if nw.alg == SuzukiKasami && m.Kind == KindToken && !nw.wanting[m.To] {
+	f := nw.w.Messages()[i]
+	m := f.Msg
+	if nw.alg == SuzukiKasami && m.Kind == KindToken && !nw.wanting(m.To) {
 		// Suzuki-Kasami sends the token only to serve a request that is
 		// still outstanding, so its receiver always waits for it.
 		return fmt.Errorf("token sent from peer %d to peer %d, which does not want it", m.From, m.To)
 	}
-	return nw.step(m.To, event{kind: evMessage, msg: m})
+	return nw.apply(Transition{Kind: TransDeliver, Peer: m.To, Seq: f.Seq, Msg: m})
 }
 
 // next picks the message to deliver: the oldest one, or with rng a random
@@ -104,15 +105,16 @@ func (nw *tokNet) next(rng *rand.Rand, fifo bool) int {
 	if rng == nil {
 		return 0
 	}
-	i := rng.IntN(len(nw.inflight))
+	inflight := nw.inflight()
+	i := rng.IntN(len(inflight))
 	if rng.IntN(2) == 0 {
 		// Favour the newest message half the time, so that old ones
 		// linger and arrive late, long after their moment.
-		i = len(nw.inflight) - 1
+		i = len(inflight) - 1
 	}
 	if fifo {
 		for j := range i {
-			if nw.inflight[j].From == nw.inflight[i].From && nw.inflight[j].To == nw.inflight[i].To {
+			if inflight[j].From == inflight[i].From && inflight[j].To == inflight[i].To {
 				return j
 			}
 		}
@@ -124,9 +126,9 @@ func (nw *tokNet) next(rng *rand.Rand, fifo bool) int {
 // enters as soon as it does. It fails after limit deliveries, so a token
 // that never rests is caught.
 func (nw *tokNet) drain(rng *rand.Rand, fifo bool, limit int) error {
-	for steps := 0; len(nw.inflight) > 0; steps++ {
+	for steps := 0; len(nw.w.bag) > 0; steps++ {
 		if steps == limit {
-			return fmt.Errorf("still %d messages in flight after %d deliveries", len(nw.inflight), limit)
+			return fmt.Errorf("still %d messages in flight after %d deliveries", len(nw.w.bag), limit)
 		}
 		if err := nw.deliver(nw.next(rng, fifo)); err != nil {
 			return err
@@ -139,8 +141,8 @@ func (nw *tokNet) drain(rng *rand.Rand, fifo bool, limit int) error {
 }
 
 func (nw *tokNet) releaseAll() error {
-	for id, in := range nw.inside {
-		if in {
+	for id := range nw.w.n {
+		if nw.inside(id) {
 			if err := nw.release(id); err != nil {
 				return err
 			}
@@ -150,39 +152,15 @@ func (nw *tokNet) releaseAll() error {
 }
 
 // total returns the number of messages sent so far.
-func (nw *tokNet) total() int {
-	var s int
-	for _, v := range nw.sent {
-		s += v
-	}
-	return s
-}
+func (nw *tokNet) total() int { return int(nw.w.Stats().Messages) }
 
-// check verifies the safety invariants: one token, held or in flight;
-// at most one peer inside, and only a peer that holds the token.
+// check adds to the world's checks that only a peer that holds the token
+// is inside.
 func (nw *tokNet) check() error {
-	tokens, inside := 0, 0
-	for id, m := range nw.ms {
-		if m.(tokenHolder).hasToken() {
-			tokens++
+	for id, m := range nw.w.ms {
+		if nw.inside(id) && !m.(tokenHolder).hasToken() {
+			return fmt.Errorf("peer %d is inside without the token", id)
 		}
-		if nw.inside[id] {
-			inside++
-			if !m.(tokenHolder).hasToken() {
-				return fmt.Errorf("peer %d is inside without the token", id)
-			}
-		}
-	}
-	for _, m := range nw.inflight {
-		if tokIsToken(m) {
-			tokens++
-		}
-	}
-	if tokens != 1 {
-		return fmt.Errorf("%d tokens exist, want exactly 1", tokens)
-	}
-	if inside > 1 {
-		return fmt.Errorf("%d peers inside", inside)
 	}
 	return nil
 }
@@ -191,13 +169,13 @@ func (nw *tokNet) check() error {
 // messages are delivered in a random (seeded, replayable) order, then
 // drains the network and checks that every request was served.
 func (nw *tokNet) runRandom(rng *rand.Rand, fifo bool, rounds int) error {
-	n := len(nw.ms)
+	n := nw.w.n
 	left := make([]int, n)
 	for i := range left {
 		left[i] = rounds
 	}
 	pending := n * rounds
-	for steps := 0; pending > 0 || len(nw.inflight) > 0; steps++ {
+	for steps := 0; pending > 0 || len(nw.w.bag) > 0; steps++ {
 		if steps > 100000 {
 			return fmt.Errorf("no progress after %d steps", steps)
 		}
@@ -205,32 +183,32 @@ func (nw *tokNet) runRandom(rng *rand.Rand, fifo bool, rounds int) error {
 		switch c := rng.IntN(3); {
 		case c == 0 && pending > 0:
 			id := rng.IntN(n)
-			if left[id] > 0 && !nw.wanting[id] && !nw.inside[id] {
+			if left[id] > 0 && !nw.wanting(id) && !nw.inside(id) {
 				left[id]--
 				pending--
 				err = nw.request(id)
 			}
 		case c == 1:
 			err = nw.releaseAll()
-		case len(nw.inflight) > 0:
+		case len(nw.w.bag) > 0:
 			err = nw.deliver(nw.next(rng, fifo))
 		}
 		if err != nil {
 			return err
 		}
-		if len(nw.inflight) == 0 && pending == 0 {
+		if len(nw.w.bag) == 0 && pending == 0 {
 			if err := nw.releaseAll(); err != nil {
 				return err
 			}
 		}
 	}
 	for id := range n {
-		if nw.wanting[id] {
+		if nw.wanting(id) {
 			return fmt.Errorf("peer %d still waits with no message in flight (a stranded request)", id)
 		}
 	}
-	if nw.entries != n*rounds {
-		return fmt.Errorf("%d entries, want %d", nw.entries, n*rounds)
+	if nw.entries() != n*rounds {
+		return fmt.Errorf("%d entries, want %d", nw.entries(), n*rounds)
 	}
 	return nil
 }
@@ -304,7 +282,7 @@ func newTokTransport(inner Transport, books *tokenBooks, id int) *tokTransport {
 }
 
 func (c *tokTransport) Send(to int, m Message) error {
-	if tokIsToken(m) {
+	if isTokenKind(m.Kind) {
 		// Booked before the receiver can see it, so a receipt never
 		// comes before its send in the books.
 		c.books.sent(c.id)
@@ -321,7 +299,7 @@ func (c *tokTransport) forward() {
 			if !ok {
 				return
 			}
-			if tokIsToken(m) {
+			if isTokenKind(m.Kind) {
 				c.books.received(c.id)
 			}
 			select {

@@ -171,22 +171,22 @@ func TestTokenRingWakeRace(t *testing.T) {
 			require.NoError(t, nw.release(0)) // token to 1, idle lap begins
 			require.NoError(t, nw.deliver(0)) // 1 passes it to 2
 			require.NoError(t, nw.deliver(0)) // 2 passes it to 0: the lap's last hop
-			require.Len(t, nw.inflight, 1)
+			require.Len(t, nw.inflight(), 1)
 
 			require.NoError(t, nw.request(1)) // 1 wakes 0, where the token will rest
-			require.Len(t, nw.inflight, 2)
-			wake := nw.inflight[1]
+			require.Len(t, nw.inflight(), 2)
+			wake := nw.inflight()[1]
 			require.Equal(t, Message{Kind: KindRequest, From: 1, To: 0, TS: 3}, wake)
 			if wakeFirst {
 				require.NoError(t, nw.deliver(1)) // 0 is woken before the token comes
 			}
 			require.NoError(t, nw.deliver(0)) // the token reaches 0
 			require.NoError(t, nw.drain(nil, true, 100))
-			assert.False(t, nw.wanting[1], "the request was stranded")
-			assert.Equal(t, 2, nw.entries)
+			assert.False(t, nw.wanting(1), "the request was stranded")
+			assert.Equal(t, 2, nw.entries())
 			// Lap 3, wake 1, hop 0->1, lap 3 after the entry.
-			assert.Equal(t, 8, nw.sent[KindToken]+nw.sent[KindRequest])
-			assert.True(t, nw.ms[1].(tokenHolder).hasToken(), "the token rests at the last user")
+			assert.Equal(t, 8, nw.sent()[KindToken]+nw.sent()[KindRequest])
+			assert.True(t, nw.w.ms[1].(tokenHolder).hasToken(), "the token rests at the last user")
 		})
 	}
 }
@@ -239,24 +239,24 @@ func TestTokenRingFullLoadCounts(t *testing.T) {
 			for id := range n {
 				require.NoError(t, nw.request(id)) // 0 enters; the others wake 0, in vain
 			}
-			for len(nw.inflight) > 0 {
+			for len(nw.inflight()) > 0 {
 				require.NoError(t, nw.deliver(0)) // the wakes; 0 stays inside
 			}
-			before, entries := nw.sent, nw.entries
+			before, entries := nw.sent(), nw.entries()
 			for range 10 * n {
-				for id, in := range nw.inside {
-					if in {
+				for id := range n {
+					if nw.inside(id) {
 						require.NoError(t, nw.release(id))
 						require.NoError(t, nw.request(id)) // wants it again at once
 						break
 					}
 				}
-				require.Len(t, nw.inflight, 1)
+				require.Len(t, nw.inflight(), 1)
 				require.NoError(t, nw.deliver(0))
 			}
-			assert.Equal(t, 10*n, nw.entries-entries)
-			assert.Equal(t, 10*n, nw.sent[KindToken]-before[KindToken], "one hop per entry")
-			assert.Equal(t, before[KindRequest], nw.sent[KindRequest], "no wake at full load")
+			assert.Equal(t, 10*n, nw.entries()-entries)
+			assert.Equal(t, 10*n, nw.sent()[KindToken]-before[KindToken], "one hop per entry")
+			assert.Equal(t, before[KindRequest], nw.sent()[KindRequest], "no wake at full load")
 		})
 	}
 }
