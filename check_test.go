@@ -14,7 +14,7 @@ import (
 
 var maxStates = flag.Int("dmutex.maxstates", 0, "stop each exhaustive check after this many states (0: the default limit)")
 
-var bigChecks = flag.Bool("dmutex.big", false, "also model-check the big configurations (Lamport with two requests per peer, implicit replies with two requests over an unordered network, Maekawa at n = 4): minutes and gigabytes")
+var bigChecks = flag.Bool("dmutex.big", false, "also model-check the big configurations (Lamport with two requests per peer, implicit replies with two requests over an unordered network, Ricart-Agrawala and Maekawa at n = 4 with the graph): minutes and gigabytes")
 
 // checkExpectation is what the model checker expects of one algorithm.
 type checkExpectation struct {
