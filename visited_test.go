@@ -59,6 +59,10 @@ func TestSafetyOnlyAgrees(t *testing.T) {
 		{Algorithm: TokenRing, N: 4, Faults: CheckFaults{Crash: true, CrashPeer: AnyPeer}},
 		{Algorithm: Raymond, N: 4, Requests: 2, Faults: CheckFaults{Lose: true}},
 		{Algorithm: Centralized, Requests: 2, Faults: CheckFaults{Partition: 1, Heal: true}},
+		// Two holders at once with a false suspicion: with the store the
+		// search goes on past them, depth first too.
+		{Algorithm: SuzukiKasami, N: 2, Faults: CheckFaults{Crash: true, CrashPeer: AnyPeer},
+			Detector: Detector{Kind: DetectorImperfect, FalseSuspicions: 1}, Options: []Option{WithRecovery()}, Fenced: true},
 	} {
 		bfs := mustCheck(t, cfg)
 		cfg.SafetyOnly = true
@@ -70,6 +74,7 @@ func TestSafetyOnlyAgrees(t *testing.T) {
 		assert.Equal(t, bfs.Blocked, dfs.Blocked, name)
 		assert.Equal(t, bfs.Safe, dfs.Safe, name)
 		assert.Equal(t, bfs.DeadlockFree, dfs.DeadlockFree, name)
+		assert.Equal(t, bfs.FencedSafe, dfs.FencedSafe, name)
 		assert.False(t, dfs.Liveness, name)
 	}
 }
