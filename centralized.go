@@ -51,8 +51,9 @@ import (
 // the old coordinator is refused. From the reports the new coordinator
 // rebuilds the holder and the queue, the waiting requests in (request
 // number, id) order, and then grants as before. Extra messages: n-1
-// COORDINATOR and n-2 reports when the coordinator crashed, 2n-3 in all
-// (2(n-1) after a false suspicion); none while nobody is suspected.
+// COORDINATOR and n-2 reports when the coordinator crashed, 2n-3 in all,
+// and as many when the holder did (2(n-1) after a false suspicion); none
+// while nobody is suspected.
 //
 // What happens to what was in flight. A grant, busy or release of an
 // older term is ignored wherever it arrives: a client takes only its own
@@ -61,20 +62,33 @@ import (
 // its report, so a release or a request that overtakes a status over a
 // reordering network supersedes it; a release names the hold it ends. A
 // holder that the coordinator suspects has left: its release will never
-// come, and the lock goes to the next queued peer that is not suspected
-// (a suspected one keeps its place until it is trusted again). With a
-// perfect detector (only crashed peers are suspected) this is safe, and
-// every surviving request is served (Check at n = 3 and 4, one crash of
-// any peer at any point; README, "Crash recovery, checked"). With an
-// imperfect one, a falsely suspected coordinator is alive: until
+// come. The coordinator then starts a term of its own (COORDINATOR again,
+// and the reports) before it grants again, and the lock goes to the next
+// queued peer that is not suspected (a suspected one keeps its place until
+// it is trusted again; a suspected peer's report of a hold is not taken).
+// A peer that missed a term hears of it: one that suspects its coordinator
+// of a term past 0 names that term in a STATUS to the lowest peer it does
+// not suspect, and a peer answers an announcement of a term below its own
+// with its term; the receiver adopts it, and takes over above it if it is
+// to. Fences follow terms (Peer.Fence): a hold granted in term t takes a
+// fence above t·FenceEpoch, so above every fence of an older term's
+// holds, those of a suspected holder included.
+//
+// With a perfect detector (only crashed peers are suspected) this is
+// safe, and every surviving request is served (Check at n = 3 and 4, one
+// crash of any peer at any point; README, "Crash recovery, checked").
+// With an imperfect one, a falsely suspected coordinator is alive: until
 // COORDINATOR reaches it, it is a second coordinator, of an older term,
 // and since its report is not awaited, the new coordinator may grant
 // while it is inside; so may a coordinator that falsely suspects the
 // holder. Check finds the first run: peer 0, the coordinator, is inside
-// when peer 1 suspects it, and peer 1 grants itself on peer 2's report. FIFO order of service holds within a term only; the World
-// checks no order with recovery on. The public variant
-// centralized-naive-failover grants before the reports are in, and Check
-// finds two holders with a perfect detector.
+// when peer 1 suspects it, and peer 1 grants itself on peer 2's report.
+// The survivors still go on entering, and a store that checks fences
+// stays safe: the older term's holder writes with a smaller fence (Check
+// with CheckConfig.Fenced at n = 2 and 3). FIFO order of service holds
+// within a term only; the World checks no order with recovery on. The
+// public variant centralized-naive-failover grants before the reports are
+// in, and Check finds two holders with a perfect detector.
 func NewCentralized(n int, opts ...Option) (*Cluster, error) {
 	return New(Centralized, n, opts...)
 }
@@ -346,15 +360,25 @@ func (c *centralized) stepRecovery(ev event, out *output) {
 		}
 		c.suspected[j] = ev.kind == evSuspect
 		if c.id == c.coord() {
-			if c.suspected[j] && c.holder == j {
-				// The holder is suspected: it crashed inside, we take it,
-				// and its release will never come.
+			switch {
+			case !c.suspected[j] || c.holder != j:
+			case c.collecting:
+				// A holder of an older term: its fences are all below
+				// this term's.
 				c.holder, c.held = -1, 0
+			default:
+				// The holder is suspected: it crashed inside, we take
+				// it, and its release will never come. A new term puts
+				// the next holder's fence above the suspected one's.
+				c.takeOver(out)
+				return
 			}
 			c.progress(out)
 			return
 		}
-		c.maybeTakeOver(out)
+		if ev.kind == evSuspect {
+			c.maybeTakeOver(out)
+		}
 	case evMessage:
 		c.receive(ev.msg, out)
 	}
@@ -367,13 +391,24 @@ func (c *centralized) receive(m Message, out *output) {
 		return
 	}
 	if m.Kind == KindCoordinator {
-		if m.TS > c.term && m.TS <= maxTerm && m.TS%uint64(c.n) == uint64(j) {
+		switch {
+		case m.TS > c.term && m.TS <= maxTerm && m.TS%uint64(c.n) == uint64(j):
 			c.adopt(m.TS, out)
+		case m.TS < c.term:
+			// j took over below a term it has not heard of (its
+			// COORDINATOR was lost to a crash): tell it, so that it
+			// takes a higher one.
+			out.send(Message{Kind: KindStatus, From: c.id, To: j, TS: c.term})
 		}
 		return
 	}
+	if m.Kind == KindStatus && m.TS > c.term && m.TS <= maxTerm {
+		// A term we missed, named by a peer that heard of it.
+		c.adopt(m.TS, out)
+		return
+	}
 	if m.TS != c.term {
-		return // of another term: an old coordinator's, or to one
+		return // of an older term: an old coordinator's, or to one
 	}
 	if c.id != c.coord() {
 		// A client hears only from the coordinator of its term.
@@ -401,7 +436,9 @@ func (c *centralized) receive(m Message, out *output) {
 	}
 	switch m.Kind {
 	case KindStatus:
-		if first && m.Ref != 0 && c.holder < 0 {
+		// A holder we suspect counts as gone: were it taken as the
+		// holder, its crash, already suspected, would never free it.
+		if first && m.Ref != 0 && c.holder < 0 && !c.suspected[j] {
 			c.holder, c.held = j, m.Ref
 		}
 	case KindRequest:
@@ -488,7 +525,26 @@ func (c *centralized) grantTo(j int, r uint64, out *output) {
 // when the coordinator of the current one is suspected and every peer of
 // lower id is too.
 func (c *centralized) maybeTakeOver(out *output) {
-	if !c.suspected[c.coord()] || slices.Contains(c.suspected[:c.id], false) {
+	if !c.suspected[c.coord()] {
+		return
+	}
+	if low := slices.Index(c.suspected[:c.id], false); low >= 0 {
+		// A peer of lower id is to take over. Past term 0, which every
+		// peer knows, it may have missed ours: name it (a coordinator's
+		// announcement is lost with it when it crashes).
+		if c.term != 0 {
+			out.send(Message{Kind: KindStatus, From: c.id, To: low, TS: c.term})
+		}
+		return
+	}
+	c.takeOver(out)
+}
+
+// takeOver starts the next term whose coordinator is this peer. Terms
+// stop at maxTerm: past it (2^62 takeovers, or a forged term) a peer
+// takes over no more.
+func (c *centralized) takeOver(out *output) {
+	if c.term >= maxTerm {
 		return
 	}
 	// The next term whose coordinator is this peer: terms never collide.
@@ -543,4 +599,15 @@ func (c *centralized) dropTry(out *output) {
 		c.trying = false
 		out.refuse()
 	}
+}
+
+// nextFence puts the fences of a term in an epoch of their own (with
+// WithRecovery): a hold granted in term t takes a fence above
+// t·FenceEpoch, so above every fence of an older term's holds, even one
+// a falsely suspected holder still writes with.
+func (c *centralized) nextFence(fence uint64) uint64 {
+	if c.recovery && c.term < MaxFence/FenceEpoch {
+		return max(fence, c.term*FenceEpoch) + 1
+	}
+	return fence + 1
 }

@@ -156,8 +156,10 @@ func TestFailoverAdopt(t *testing.T) {
 }
 
 // TestFailoverSuspectedHolder: a coordinator that suspects the holder
-// takes it as gone and grants the next peer it does not suspect; a
-// suspected waiter keeps its place and is served once trusted again.
+// takes it as gone, and starts a term of its own above it, so that the
+// next holder's fence is above every fence of the suspected hold; it
+// rebuilds from the reports of the peers it does not suspect, grants the
+// next of them, and serves a suspected waiter once it is trusted again.
 func TestFailoverSuspectedHolder(t *testing.T) {
 	c := recoveryMachine(t, 0, 4)
 	fstep(c, fmsg(KindRequest, 1, 0, 0, 1))
@@ -165,12 +167,49 @@ func TestFailoverSuspectedHolder(t *testing.T) {
 	fstep(c, fmsg(KindRequest, 3, 0, 0, 1))
 	fstep(c, suspect(2))
 	msgs, _ := fstep(c, suspect(1))
-	require.Equal(t, []Message{{Kind: KindGrant, From: 0, To: 3, TS: 0, Ref: 1}}, msgs, "P2 is suspected too: P3 next")
-	assert.Equal(t, []int{2}, c.queue)
-	fstep(c, fmsg(KindRelease, 3, 0, 0, 1))
+	require.Equal(t, []Message{
+		{Kind: KindCoordinator, From: 0, To: 1, TS: 4},
+		{Kind: KindCoordinator, From: 0, To: 2, TS: 4},
+		{Kind: KindCoordinator, From: 0, To: 3, TS: 4},
+	}, msgs, "term 4 is peer 0's next")
+	assert.Equal(t, uint64(4*FenceEpoch+1), c.nextFence(3), "its holds fence above 4·FenceEpoch")
+	msgs, _ = fstep(c, fmsg(KindRequest, 3, 0, 4, 1))
+	require.Equal(t, []Message{{Kind: KindGrant, From: 0, To: 3, TS: 4, Ref: 1}}, msgs, "P2 is suspected too: P3 next")
+	msgs, _ = fstep(c, fmsg(KindRequest, 2, 0, 4, 1))
+	require.Empty(t, msgs, "P2's report, late: it waits behind P3")
+	fstep(c, fmsg(KindRelease, 3, 0, 4, 1))
 	assert.Equal(t, -1, c.holder)
 	msgs, _ = fstep(c, trust(2))
-	require.Equal(t, []Message{{Kind: KindGrant, From: 0, To: 2, TS: 0, Ref: 1}}, msgs)
+	require.Equal(t, []Message{{Kind: KindGrant, From: 0, To: 2, TS: 4, Ref: 1}}, msgs)
+}
+
+// TestFailoverTermHints: a peer that missed a term hears of it. One that
+// suspects its coordinator of a term past 0 names that term to the
+// lowest peer it does not suspect, and a peer answers an announcement of
+// a term below its own with its term; either way the receiver adopts the
+// term, and takes over above it if it is to.
+func TestFailoverTermHints(t *testing.T) {
+	p2 := recoveryMachine(t, 2, 3)
+	fstep(p2, fmsg(KindCoordinator, 1, 2, 1, 0))
+	msgs, _ := fstep(p2, suspect(1))
+	require.Equal(t, []Message{{Kind: KindStatus, From: 2, To: 0, TS: 1}}, msgs)
+	msgs, _ = fstep(p2, fmsg(KindStatus, 0, 2, 1, 0))
+	require.Empty(t, msgs, "a status of its own term from a client: nothing to adopt")
+
+	p3 := recoveryMachine(t, 2, 3)
+	fstep(p3, fmsg(KindCoordinator, 0, 2, 3, 0))
+	msgs, _ = fstep(p3, fmsg(KindCoordinator, 1, 2, 1, 0))
+	require.Equal(t, []Message{{Kind: KindStatus, From: 2, To: 1, TS: 3}}, msgs, "peer 1 took over below term 3")
+
+	p1 := recoveryMachine(t, 1, 3)
+	fstep(p1, suspect(0))
+	require.Equal(t, uint64(1), p1.term)
+	msgs, _ = fstep(p1, fmsg(KindStatus, 2, 1, 3, 0))
+	require.Equal(t, []Message{
+		{Kind: KindStatus, From: 1, To: 0, TS: 3},
+		{Kind: KindCoordinator, From: 1, To: 0, TS: 4},
+		{Kind: KindCoordinator, From: 1, To: 2, TS: 4},
+	}, msgs, "it adopts term 3, reports to its coordinator, suspected, and takes term 4")
 }
 
 // TestFailoverTerms: the takeover picks the next term the peer
@@ -338,4 +377,45 @@ func TestFailoverCost(t *testing.T) {
 			})
 		}
 	}
+}
+
+// TestFailoverTry pins tries with recovery on: a client's try goes to the
+// coordinator of its term with its number; the coordinator grants it when
+// the lock is free and the rebuild over, answers busy otherwise, and
+// decides its own try at once by the same rule.
+func TestFailoverTry(t *testing.T) {
+	cl := recoveryMachine(t, 2, 3)
+	msgs, _ := fstep(cl, event{kind: evTry})
+	require.Equal(t, []Message{{Kind: KindTry, From: 2, To: 0, TS: 0, Ref: 1}}, msgs)
+	var out output
+	cl.step(fmsg(KindBusy, 0, 2, 0, 1), &out)
+	require.True(t, out.refused)
+	fstep(cl, event{kind: evTry})
+	_, entered := fstep(cl, fmsg(KindGrant, 0, 2, 0, 2))
+	require.True(t, entered)
+
+	co := recoveryMachine(t, 0, 3)
+	_, entered = fstep(co, event{kind: evTry})
+	require.True(t, entered, "a free lock: the coordinator's own try enters")
+	msgs, _ = fstep(co, fmsg(KindTry, 1, 0, 0, 1))
+	require.Equal(t, []Message{{Kind: KindBusy, From: 0, To: 1, TS: 0, Ref: 1}}, msgs, "held: busy")
+	msgs, _ = fstep(co, event{kind: evRelease})
+	require.Empty(t, msgs)
+	msgs, _ = fstep(co, fmsg(KindTry, 1, 0, 0, 2))
+	require.Equal(t, []Message{{Kind: KindGrant, From: 0, To: 1, TS: 0, Ref: 2}}, msgs, "free: granted")
+	out.reset()
+	co.step(event{kind: evTry}, &out)
+	require.True(t, out.refused, "held by peer 1: the coordinator's own try is refused")
+
+	nc := recoveryMachine(t, 1, 3) // takes over and rebuilds
+	fstep(nc, suspect(0))
+	require.True(t, nc.collecting)
+	out.reset()
+	nc.step(event{kind: evTry}, &out)
+	require.True(t, out.refused, "rebuilding: the lock's state is unknown")
+	msgs, _ = fstep(nc, fmsg(KindTry, 2, 1, 1, 1))
+	require.Equal(t, []Message{{Kind: KindBusy, From: 1, To: 2, TS: 1, Ref: 1}}, msgs, "a try counts as peer 2's report; the rebuild was not over")
+	require.False(t, nc.collecting)
+	msgs, _ = fstep(nc, fmsg(KindTry, 2, 1, 1, 2))
+	require.Equal(t, []Message{{Kind: KindGrant, From: 1, To: 2, TS: 1, Ref: 2}}, msgs)
 }

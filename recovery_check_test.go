@@ -60,7 +60,7 @@ func recoveryRows() []recoveryRow {
 			return r.Safe && !r.DeadlockFree && r.Violation != nil && r.Violation.Property == "deadlock"
 		}, false, true, true},
 		{SuzukiKasami, "Suzuki-Kasami", "suzuki-kasami-naive-regeneration", unsafe, true, true, false},
-		{Centralized, "centralized", "centralized-naive-failover", unsafe, true, false, false},
+		{Centralized, "centralized", "centralized-naive-failover", unsafe, true, true, true},
 	} {
 		base := func(n int, opts []Option, d Detector, store bool) CheckConfig {
 			return CheckConfig{Algorithm: a.alg, N: n, Requests: 1, Options: opts, Faults: crash, Detector: d, Fenced: store}
