@@ -1,0 +1,77 @@
+package dmutex
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// scriptReach is a scriptTransport whose Reachability the test sets.
+type scriptReach struct {
+	*scriptTransport
+	mu      sync.Mutex
+	down    map[int]time.Time
+	changed chan struct{}
+}
+
+func newScriptReach() *scriptReach {
+	return &scriptReach{scriptTransport: newScriptTransport(), down: map[int]time.Time{}, changed: make(chan struct{}, 1)}
+}
+
+func (s *scriptReach) Reachable(id int) (bool, time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	t, down := s.down[id]
+	return !down, t
+}
+
+func (s *scriptReach) ReachChanged() <-chan struct{} { return s.changed }
+
+// cut makes peer id unreachable from now on.
+func (s *scriptReach) cut(id int) {
+	s.mu.Lock()
+	s.down[id] = time.Now()
+	s.mu.Unlock()
+	select {
+	case s.changed <- struct{}{}:
+	default:
+	}
+}
+
+// TestFailoverFenceEpoch: at run time, the grantee of a new coordinator
+// enters with a fence of the new term's epoch, above every fence the
+// crashed coordinator can have handed out, although it suspects nobody
+// and so starts no epoch of its own; and so does the new coordinator.
+func TestFailoverFenceEpoch(t *testing.T) {
+	tr := newScriptReach()
+	q, err := NewPeer(Centralized, 2, 3, tr, WithRecovery(), WithUnreachableAfter(time.Hour))
+	require.NoError(t, err)
+	defer q.Close()
+	locked := make(chan error, 1)
+	go func() { locked <- q.LockContext(context.Background()) }()
+	require.Equal(t, KindRequest, tr.nextSent(t).Kind)
+	tr.in <- Message{Kind: KindCoordinator, From: 1, To: 2, TS: 1}
+	require.Equal(t, Message{Kind: KindRequest, From: 2, To: 1, TS: 1, Ref: 1}, tr.nextSent(t), "the report")
+	tr.in <- Message{Kind: KindGrant, From: 1, To: 2, TS: 1, Ref: 1}
+	require.NoError(t, <-locked)
+	assert.Equal(t, uint64(FenceEpoch+1), q.Fence())
+	q.Unlock()
+
+	tr1 := newScriptReach()
+	p, err := NewPeer(Centralized, 1, 3, tr1, WithRecovery(), WithUnreachableAfter(time.Millisecond))
+	require.NoError(t, err)
+	defer p.Close()
+	tr1.cut(0)
+	for _, to := range []int{0, 2} {
+		m := tr1.nextSent(t)
+		require.Equal(t, Message{Kind: KindCoordinator, From: 1, To: to, TS: 1}, Message{Kind: m.Kind, From: m.From, To: m.To, TS: m.TS})
+	}
+	tr1.in <- Message{Kind: KindStatus, From: 2, To: 1, TS: 1}
+	lockWithin(t, p, time.Minute)
+	assert.Greater(t, p.Fence(), uint64(FenceEpoch), "the new coordinator's own hold")
+	p.Unlock()
+}
