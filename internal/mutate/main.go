@@ -29,6 +29,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -69,6 +70,7 @@ func main() {
 		list    = flag.Bool("list", false, "print the mutants and exit")
 		jsonOut = flag.Bool("json", false, "print the results as one JSON array instead of lines")
 		args    = flag.String("args", "", "extra arguments for the test binary, space-separated (e.g. -dmutex.maxstates=100000)")
+		schem   = flag.Bool("schemata", false, "build each file once with all its mutants behind a runtime switch (mutants that cannot be wrapped are built alone)")
 	)
 	var run stages
 	flag.Var(&run, "run", "test regexp of one stage, optionally followed by ;skip=REGEXP, ;noshort and ;timeout=DURATION; repeat for later stages (default: every test)")
@@ -128,14 +130,8 @@ func main() {
 		dir: dir, pkg: *pkg, short: *short, race: *race, timeout: *timeout,
 		stages: run, extra: strings.Fields(*args),
 	}
-	// The unmutated package must build and pass every stage, or every
-	// mutant would look killed (or uncompilable).
-	if res := r.try(mutant{file: ms0file(ms)}, nil); res.Status != "SURVIVED" {
-		fatal(fmt.Errorf("the unmutated tests do not pass: %s(%s)", res.Status, res.Test))
-	}
 	var results []result
-	for _, m := range ms {
-		res := r.try(m, srcs[m.file])
+	emit := func(m mutant, res result) {
 		results = append(results, res)
 		if !*jsonOut {
 			line := fmt.Sprintf("%-60s %s", m, res.Status)
@@ -143,6 +139,33 @@ func main() {
 				line += "(" + res.Test + ")"
 			}
 			fmt.Printf("%s %.1fs\n", line, res.Seconds)
+		}
+	}
+	if *schem {
+		// Each file's schema checks its own unmutated run (ID 0).
+		r.log = os.Stdout
+		if *jsonOut {
+			r.log = os.Stderr
+		}
+		for _, f := range strings.Split(*files, ",") {
+			var fm []mutant
+			for _, m := range ms {
+				if m.file == f {
+					fm = append(fm, m)
+				}
+			}
+			if len(fm) > 0 {
+				r.schemata(f, srcs[f], fm, emit)
+			}
+		}
+	} else {
+		// The unmutated package must build and pass every stage, or every
+		// mutant would look killed (or uncompilable).
+		if res := r.try(mutant{file: ms0file(ms)}, nil); res.Status != "SURVIVED" {
+			fatal(fmt.Errorf("the unmutated tests do not pass: %s(%s)", res.Status, res.Test))
+		}
+		for _, m := range ms {
+			emit(m, r.try(m, srcs[m.file]))
 		}
 	}
 	if *jsonOut {
@@ -240,6 +263,7 @@ type runner struct {
 	timeout  time.Duration
 	stages   []string
 	extra    []string
+	log      io.Writer // schemata mode: what became of each file's schema
 }
 
 // try builds the tests with m in place of its file and runs them, stage
@@ -253,34 +277,11 @@ func (r *runner) try(m mutant, src []byte) (res result) {
 	defer func() { res.Seconds = time.Since(start).Seconds() }()
 
 	bin := filepath.Join(r.dir, "mutant.test")
-	os.Remove(bin)
-	// No vet and no symbol tables: neither changes what the tests see,
-	// and both cost time on every mutant.
-	build := []string{"test", "-c", "-o", bin, "-vet=off", "-ldflags=-s -w"}
+	files := map[string][]byte{}
 	if src != nil {
-		abs, err := filepath.Abs(filepath.Join(r.pkg, m.file))
-		if err != nil {
-			fatal(err)
-		}
-		mfile := filepath.Join(r.dir, "mutant_"+filepath.Base(m.file))
-		if err := os.WriteFile(mfile, m.apply(src), 0o644); err != nil {
-			fatal(err)
-		}
-		overlay, err := json.Marshal(map[string]map[string]string{"Replace": {abs: mfile}})
-		if err != nil {
-			fatal(err)
-		}
-		ofile := filepath.Join(r.dir, "overlay.json")
-		if err := os.WriteFile(ofile, overlay, 0o644); err != nil {
-			fatal(err)
-		}
-		build = append(build, "-overlay", ofile)
+		files[m.file] = m.apply(src)
 	}
-	if r.race {
-		build = append(build, "-race")
-	}
-	cmd := exec.Command("go", append(build, r.pkg)...)
-	if out, err := cmd.CombinedOutput(); err != nil {
+	if out, err := r.build(bin, files, false); err != nil {
 		if bytes.Contains(out, []byte("go: ")) && !bytes.Contains(out, []byte(".go:")) {
 			// Not a compile error of the mutant: the tool is broken.
 			fatal(fmt.Errorf("go test -c: %v\n%s", err, out))
@@ -288,22 +289,66 @@ func (r *runner) try(m mutant, src []byte) (res result) {
 		res.Status = "NOCOMPILE"
 		return res
 	}
+	res.Status, res.Test = r.runStages(bin, nil)
+	return res
+}
+
+// build builds the package's tests into bin with the files given (names
+// relative to the package, contents) in place of theirs, or added to the
+// package if it has no such file. allErrors asks the compiler for every
+// error rather than the first ten.
+func (r *runner) build(bin string, files map[string][]byte, allErrors bool) ([]byte, error) {
+	os.Remove(bin)
+	// No vet and no symbol tables: neither changes what the tests see,
+	// and both cost time on every mutant.
+	args := []string{"test", "-c", "-o", bin, "-vet=off", "-ldflags=-s -w"}
+	if allErrors {
+		args = append(args, "-gcflags=-e")
+	}
+	if len(files) > 0 {
+		replace := map[string]string{}
+		for name, b := range files {
+			abs, err := filepath.Abs(filepath.Join(r.pkg, name))
+			if err != nil {
+				fatal(err)
+			}
+			tmp := filepath.Join(r.dir, "overlay_"+filepath.Base(name))
+			if err := os.WriteFile(tmp, b, 0o644); err != nil {
+				fatal(err)
+			}
+			replace[abs] = tmp
+		}
+		overlay, err := json.Marshal(map[string]map[string]string{"Replace": replace})
+		if err != nil {
+			fatal(err)
+		}
+		ofile := filepath.Join(r.dir, "overlay.json")
+		if err := os.WriteFile(ofile, overlay, 0o644); err != nil {
+			fatal(err)
+		}
+		args = append(args, "-overlay", ofile)
+	}
+	if r.race {
+		args = append(args, "-race")
+	}
+	return exec.Command("go", append(args, r.pkg)...).CombinedOutput()
+}
+
+// runStages runs the stages with the test binary bin until one fails.
+func (r *runner) runStages(bin string, env []string) (status, test string) {
 	for _, run := range r.stages {
-		status, test := r.runStage(bin, run)
-		if status != "" {
-			res.Status, res.Test = status, test
-			return res
+		if status, test := r.runStage(bin, run, env); status != "" {
+			return status, test
 		}
 	}
-	res.Status = "SURVIVED"
-	return res
+	return "SURVIVED", ""
 }
 
 var failLine = regexp.MustCompile(`(?m)^\s*--- FAIL: (\S+)`)
 
 // runStage runs the tests matching run; it returns "" if they all pass,
 // else KILLED or TIMEOUT and the first failing test.
-func (r *runner) runStage(bin, run string) (status, test string) {
+func (r *runner) runStage(bin, run string, env []string) (status, test string) {
 	run, opts, _ := strings.Cut(run, ";")
 	var skip string
 	short, timeout := r.short, r.timeout
@@ -336,6 +381,9 @@ func (r *runner) runStage(bin, run string) (status, test string) {
 	args = append(args, r.extra...)
 	cmd := exec.CommandContext(ctx, bin, args...)
 	cmd.Dir = r.pkg
+	if env != nil {
+		cmd.Env = append(os.Environ(), env...)
+	}
 	out, err := cmd.CombinedOutput()
 	if err == nil {
 		return "", ""

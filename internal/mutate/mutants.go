@@ -19,7 +19,16 @@ type mutant struct {
 	off, end  int
 	orig      string // the replaced text
 	repl      string
+
+	// For a mutant of an operator or of the 1 of x ± 1: the binary
+	// expression it belongs to, its operands and its operator, which the
+	// schemata mode needs to wrap the whole expression.
+	node, x, y span
+	op         token.Token
 }
+
+// A span is the byte range [off, end) of a syntax node in the source.
+type span struct{ off, end int }
 
 // Mutation kinds, selectable with -kinds.
 const (
@@ -121,9 +130,11 @@ type gen struct {
 	ms    []mutant
 }
 
-func (g *gen) add(kind string, from, to token.Pos, repl string) {
+// add adds a mutant of the given kind, if that kind is wanted, and says
+// whether it did.
+func (g *gen) add(kind string, from, to token.Pos, repl string) bool {
 	if !g.kinds[kind] {
-		return
+		return false
 	}
 	p := g.fset.Position(from)
 	off, end := p.Offset, g.fset.Position(to).Offset
@@ -131,11 +142,24 @@ func (g *gen) add(kind string, from, to token.Pos, repl string) {
 		file: g.name, line: p.Line, col: p.Column, kind: kind,
 		off: off, end: end, orig: string(g.src[off:end]), repl: repl,
 	})
+	return true
 }
 
 // op adds a mutant replacing the operator of a binary expression.
 func (g *gen) op(kind string, b *ast.BinaryExpr, to token.Token) {
-	g.add(kind, b.OpPos, b.OpPos+token.Pos(len(b.Op.String())), to.String())
+	if g.add(kind, b.OpPos, b.OpPos+token.Pos(len(b.Op.String())), to.String()) {
+		g.inBinary(b)
+	}
+}
+
+// inBinary records on the last mutant the binary expression it is part of.
+func (g *gen) inBinary(b *ast.BinaryExpr) {
+	m := &g.ms[len(g.ms)-1]
+	m.node, m.x, m.y, m.op = g.span(b), g.span(b.X), g.span(b.Y), b.Op
+}
+
+func (g *gen) span(n ast.Node) span {
+	return span{g.fset.Position(n.Pos()).Offset, g.fset.Position(n.End()).Offset}
 }
 
 func (g *gen) text(e ast.Node) string {
@@ -178,8 +202,12 @@ func (g *gen) visit(n ast.Node) bool {
 		case token.ADD, token.SUB:
 			if lit, ok := ast.Unparen(n.Y).(*ast.BasicLit); ok && lit.Kind == token.INT && lit.Value == "1" {
 				// x + 1 -> x, and x + 1 -> x + 2.
-				g.add(kindOffByOne, n.Pos(), n.End(), "("+g.text(n.X)+")")
-				g.add(kindOffByOne, lit.Pos(), lit.End(), "2")
+				if g.add(kindOffByOne, n.Pos(), n.End(), "("+g.text(n.X)+")") {
+					g.inBinary(n)
+				}
+				if g.add(kindOffByOne, lit.Pos(), lit.End(), "2") {
+					g.inBinary(n)
+				}
 			}
 		}
 	case *ast.IfStmt:
