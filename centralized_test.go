@@ -16,8 +16,8 @@ func newCentralizedMachine(t *testing.T, id, n int) *centralized {
 
 // TestCentralizedIgnoresStrayMessages steps the machines with messages the
 // protocol never sends them: each must change nothing, neither let a peer
-// in nor free or grant at the coordinator. A guard that is dropped lets
-// one of them through.
+// in or refuse its try, nor free or grant at the coordinator. A guard that
+// is dropped lets one of them through.
 func TestCentralizedIgnoresStrayMessages(t *testing.T) {
 	msg := func(k Kind, from int) event {
 		return event{kind: evMessage, msg: Message{Kind: k, From: from}}
@@ -54,6 +54,13 @@ func TestCentralizedIgnoresStrayMessages(t *testing.T) {
 			c.step(msg(KindRequest, 2), out)
 		}, msg(KindGrant, 1)},
 		{"grant to an idle coordinator", 0, nil, msg(KindGrant, 0)},
+		// Busy answers only the try that is out, and only from the
+		// coordinator.
+		{"busy while idle", 1, nil, msg(KindBusy, 0)},
+		{"busy while waiting for a grant", 1, wantGrant, msg(KindBusy, 0)},
+		{"busy from a peer", 1, wantTry, msg(KindBusy, 2)},
+		{"request from the coordinator while trying", 1, wantTry, msg(KindRequest, 0)},
+		{"try at a peer", 1, nil, msg(KindTry, 2)},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -66,6 +73,7 @@ func TestCentralizedIgnoresStrayMessages(t *testing.T) {
 			out.reset()
 			c.step(tt.ev, &out)
 			assert.False(t, out.entered, "entered")
+			assert.False(t, out.refused, "refused")
 			assert.Empty(t, out.msgs)
 			assert.Equal(t, before, c.appendState(nil), "state changed")
 		})
@@ -73,6 +81,8 @@ func TestCentralizedIgnoresStrayMessages(t *testing.T) {
 }
 
 func wantGrant(c *centralized, out *output) { c.step(event{kind: evRequest}, out) }
+
+func wantTry(c *centralized, out *output) { c.step(event{kind: evTry}, out) }
 
 // TestCentralizedQueue pins the coordinator's queue: requests wait in
 // arrival order behind the holder, and each release grants the oldest.
@@ -119,4 +129,47 @@ func TestCentralizedCloneAndState(t *testing.T) {
 	held := newCentralizedMachine(t, 0, 3)
 	held.step(event{kind: evMessage, msg: Message{Kind: KindRequest, From: 1}}, &out)
 	assert.NotEqual(t, free.appendState(nil), held.appendState(nil), "a holder")
+}
+
+// TestCentralizedIdleViolation pins what a machine at rest must not keep:
+// a request or a try that is out, or at the coordinator a holder or a
+// queue. The model checker asks each machine at every rest, so a check
+// that says nothing would hide a leak.
+func TestCentralizedIdleViolation(t *testing.T) {
+	var out output
+	peer := newCentralizedMachine(t, 1, 3)
+	assert.Empty(t, peer.idleViolation())
+	peer.step(event{kind: evRequest}, &out)
+	assert.Equal(t, "keeps a request", peer.idleViolation(), "waiting")
+
+	peer = newCentralizedMachine(t, 1, 3)
+	peer.step(event{kind: evTry}, &out)
+	assert.Equal(t, "keeps a request", peer.idleViolation(), "trying")
+
+	coord := newCentralizedMachine(t, 0, 3)
+	coord.step(event{kind: evMessage, msg: Message{Kind: KindRequest, From: 1}}, &out)
+	assert.Equal(t, "keeps holder 1 and queue []", coord.idleViolation())
+	coord.step(event{kind: evMessage, msg: Message{Kind: KindRequest, From: 2}}, &out)
+	assert.Equal(t, "keeps holder 1 and queue [2]", coord.idleViolation())
+
+	coord = newCentralizedMachine(t, 0, 3)
+	coord.step(event{kind: evRequest}, &out)
+	assert.Equal(t, "keeps holder 0 and queue []", coord.idleViolation(), "the coordinator inside")
+}
+
+// TestCentralizedNeeds pins whom a request waits for (WithUnreachableAfter
+// gives up when one of them is unreachable): a peer needs the coordinator,
+// the coordinator needs the holder, and nobody when it holds or nobody
+// does.
+func TestCentralizedNeeds(t *testing.T) {
+	var out output
+	assert.Equal(t, []int{0}, newCentralizedMachine(t, 1, 3).needs(nil), "a peer")
+	coord := newCentralizedMachine(t, 0, 3)
+	assert.Empty(t, coord.needs(nil), "the idle coordinator")
+	coord.step(event{kind: evMessage, msg: Message{Kind: KindRequest, From: 2}}, &out)
+	assert.Equal(t, []int{2}, coord.needs(nil), "the coordinator behind peer 2")
+
+	coord = newCentralizedMachine(t, 0, 3)
+	coord.step(event{kind: evRequest}, &out)
+	assert.Empty(t, coord.needs(nil), "the coordinator inside")
 }

@@ -255,3 +255,102 @@ func TestSuzukiKasamiSequentialCounts(t *testing.T) {
 		})
 	}
 }
+
+// TestSuzukiKasamiBusyAnswersOnlyTheTryOut steps a peer with busy answers
+// that do not answer its outstanding try: one for an earlier try, one
+// while its request (not a try) is out, one while idle. Each must change
+// nothing and refuse nothing; only the busy for the try that is out
+// refuses it.
+func TestSuzukiKasamiBusyAnswersOnlyTheTryOut(t *testing.T) {
+	busy := func(ts uint64) event {
+		return event{kind: evMessage, msg: Message{Kind: KindBusy, From: 0, To: 1, TS: ts}}
+	}
+	for _, tt := range []struct {
+		name  string
+		setup event // the peer's own event before the busy, if any
+		ts    uint64
+	}{
+		{"busy for an earlier try", event{kind: evTry}, 0},
+		{"busy while requesting", event{kind: evRequest}, 1},
+		{"busy while idle", event{}, 1},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			s := newSKMachine(t, 1, 3)
+			var out output
+			if tt.setup.kind != 0 {
+				s.step(tt.setup, &out)
+			}
+			before := s.appendState(nil)
+			out.reset()
+			s.step(busy(tt.ts), &out)
+			assert.False(t, out.refused, "refused")
+			assert.Empty(t, out.msgs)
+			assert.Equal(t, before, s.appendState(nil), "state changed")
+		})
+	}
+
+	s := newSKMachine(t, 1, 3)
+	var out output
+	s.step(event{kind: evTry}, &out)
+	out.reset()
+	s.step(busy(1), &out)
+	assert.True(t, out.refused, "the try that is out")
+}
+
+// TestSuzukiKasamiUnaskedTokenStaysIdle gives a peer that asked for nothing
+// a token (only a variant sends one): it must keep it idle, not enter.
+func TestSuzukiKasamiUnaskedTokenStaysIdle(t *testing.T) {
+	s := newSKMachine(t, 1, 3)
+	var out output
+	s.step(event{kind: evMessage, msg: Message{Kind: KindToken, From: 0, To: 1, Token: &Token{LN: make([]uint64, 3)}}}, &out)
+	assert.False(t, out.entered)
+	assert.Empty(t, out.msgs)
+	assert.True(t, s.hasToken())
+	assert.False(t, s.inside)
+}
+
+// TestSuzukiKasamiIdleViolation pins what a machine at rest must not keep:
+// a request, a try or an entry, or a token whose queue still names peers.
+func TestSuzukiKasamiIdleViolation(t *testing.T) {
+	var out output
+	for _, ev := range []eventKind{evRequest, evTry} {
+		s := newSKMachine(t, 1, 3)
+		assert.Empty(t, s.idleViolation())
+		s.step(event{kind: ev}, &out)
+		assert.Equal(t, "keeps a request", s.idleViolation(), "event %d", ev)
+	}
+	holder := newSKMachine(t, 0, 3)
+	holder.step(event{kind: evRequest}, &out)
+	assert.Equal(t, "keeps a request", holder.idleViolation(), "inside")
+
+	idle := newSKMachine(t, 0, 3)
+	assert.Empty(t, idle.idleViolation(), "an idle token")
+	idle.token.Queue = []int{2}
+	assert.Equal(t, "keeps token queue [2]", idle.idleViolation())
+}
+
+// TestSuzukiKasamiStateTellsTries requires the state encoding to tell a
+// try from a request with the same number: the checker would otherwise
+// merge two states that answer differently (busy or the token).
+func TestSuzukiKasamiStateTellsTries(t *testing.T) {
+	var out output
+	req, try := newSKMachine(t, 1, 3), newSKMachine(t, 1, 3)
+	req.step(event{kind: evMessage, msg: Message{Kind: KindRequest, From: 2, To: 1, TS: 1}}, &out)
+	try.step(event{kind: evMessage, msg: Message{Kind: KindTry, From: 2, To: 1, TS: 1}}, &out)
+	assert.NotEqual(t, req.appendState(nil), try.appendState(nil))
+}
+
+// TestSuzukiKasamiStateShowsFlags requires each of wanting, trying and
+// inside to change the state encoding on its own.
+func TestSuzukiKasamiStateShowsFlags(t *testing.T) {
+	base := newSKMachine(t, 1, 3).appendState(nil)
+	for name, set := range map[string]func(s *suzukiKasami){
+		"wanting": func(s *suzukiKasami) { s.wanting = true },
+		"trying":  func(s *suzukiKasami) { s.trying = true },
+		"inside":  func(s *suzukiKasami) { s.inside = true },
+	} {
+		s := newSKMachine(t, 1, 3)
+		set(s)
+		assert.NotEqual(t, base, s.appendState(nil), name)
+	}
+}
