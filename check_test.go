@@ -60,7 +60,7 @@ func checkCases() []checkCase {
 		for _, v := range vs {
 			for _, net := range expectations[a].nets {
 				// Two requests per peer are big for Lamport (its clocks
-				// differ between delivery orders: tens of millions of
+				// differ between delivery orders: hundreds of millions of
 				// states), and for implicit replies over an unordered
 				// network, where stale requests and replies linger (6.4M
 				// states). Maekawa's grid sets at n = 3 stay small.
@@ -137,7 +137,7 @@ func TestModelCheck(t *testing.T) {
 				// 16 bytes a state without the graph, in a table of 2^28
 				// slots (4.3 GB) up to 201M states: stop just before it
 				// doubles. Lamport with two requests per peer has more
-				// than 73M states (docs/benchmarks.md, the checker's
+				// than 200M states (docs/benchmarks.md, the checker's
 				// record).
 				limit = 200_000_000
 			}

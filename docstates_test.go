@@ -86,7 +86,7 @@ func stateTable(t testing.TB, old map[string][]string) string {
 			}
 		}
 		col := stateCol(cc)
-		// The big cases (Lamport with two requests: tens of millions of
+		// The big cases (Lamport with two requests: hundreds of millions of
 		// states; implicit replies with two over an unordered network:
 		// millions) are run by TestModelCheck -dmutex.big, not here.
 		if cc.big {
