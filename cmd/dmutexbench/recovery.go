@@ -2,14 +2,10 @@ package main
 
 import (
 	"context"
-	"encoding/csv"
-	"encoding/json"
 	"fmt"
 	"io"
 	"slices"
 	"strconv"
-	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/dmutex/dmutex"
@@ -122,32 +118,9 @@ func (r recoveryRow) cells() []string {
 
 // writeRecovery writes the recovery table in o's format.
 func writeRecovery(w io.Writer, o *options, rows []recoveryRow) error {
-	switch o.format {
-	case "json":
-		enc := json.NewEncoder(w)
-		enc.SetIndent("", "  ")
-		return enc.Encode(rows)
-	case "csv":
-		cw := csv.NewWriter(w)
-		cw.Write(recoveryHeader)
-		for _, r := range rows {
-			cw.Write(r.cells())
-		}
-		cw.Flush()
-		return cw.Error()
-	case "markdown":
-		fmt.Fprintf(w, "| %s |\n", strings.Join(recoveryHeader, " | "))
-		fmt.Fprintf(w, "|%s\n", strings.Repeat(" --- |", len(recoveryHeader)))
-		for _, r := range rows {
-			fmt.Fprintf(w, "| %s |\n", strings.Join(r.cells(), " | "))
-		}
-		return nil
-	default:
-		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, strings.Join(recoveryHeader, "\t"))
-		for _, r := range rows {
-			fmt.Fprintln(tw, strings.Join(r.cells(), "\t"))
-		}
-		return tw.Flush()
+	cells := make([][]string, len(rows))
+	for i, r := range rows {
+		cells[i] = r.cells()
 	}
+	return writeTable(w, o.format, rows, recoveryHeader, cells, recoveryHeader, cells)
 }

@@ -133,32 +133,43 @@ func measure(o *options, p *progressLine) ([]row, error) {
 
 // write prints rows in o.format.
 func write(w io.Writer, o *options, rows []row) error {
-	switch o.format {
+	raw := make([][]string, len(rows))
+	shown := make([][]string, len(rows))
+	for i, r := range rows {
+		raw[i], shown[i] = cells(r, true), cells(r, false)
+	}
+	return writeTable(w, o.format, rows, header(o.loads, true), raw, header(o.loads, false), shown)
+}
+
+// writeTable writes a table in format: value itself as indented JSON,
+// the raw header and cells as CSV, or the shown ones as a Markdown or an
+// aligned text table.
+func writeTable(w io.Writer, format string, value any, rawHeader []string, raw [][]string, header []string, shown [][]string) error {
+	switch format {
 	case "json":
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
-		return enc.Encode(rows)
+		return enc.Encode(value)
 	case "csv":
 		cw := csv.NewWriter(w)
-		cw.Write(header(o.loads, true))
-		for _, r := range rows {
-			cw.Write(cells(r, true))
+		cw.Write(rawHeader)
+		for _, r := range raw {
+			cw.Write(r)
 		}
 		cw.Flush()
 		return cw.Error()
 	case "markdown":
-		h := header(o.loads, false)
-		fmt.Fprintf(w, "| %s |\n", strings.Join(h, " | "))
-		fmt.Fprintf(w, "|%s\n", strings.Repeat(" --- |", len(h)))
-		for _, r := range rows {
-			fmt.Fprintf(w, "| %s |\n", strings.Join(cells(r, false), " | "))
+		fmt.Fprintf(w, "| %s |\n", strings.Join(header, " | "))
+		fmt.Fprintf(w, "|%s\n", strings.Repeat(" --- |", len(header)))
+		for _, r := range shown {
+			fmt.Fprintf(w, "| %s |\n", strings.Join(r, " | "))
 		}
 		return nil
 	default:
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, strings.Join(header(o.loads, false), "\t"))
-		for _, r := range rows {
-			fmt.Fprintln(tw, strings.Join(cells(r, false), "\t"))
+		fmt.Fprintln(tw, strings.Join(header, "\t"))
+		for _, r := range shown {
+			fmt.Fprintln(tw, strings.Join(r, "\t"))
 		}
 		return tw.Flush()
 	}

@@ -1,14 +1,10 @@
 package main
 
 import (
-	"encoding/csv"
-	"encoding/json"
 	"fmt"
 	"io"
 	"slices"
 	"strconv"
-	"strings"
-	"text/tabwriter"
 
 	"github.com/dmutex/dmutex"
 )
@@ -102,32 +98,9 @@ func (r timedRow) cells() []string {
 
 // writeTimed writes the timed table in o's format.
 func writeTimed(w io.Writer, o *options, rows []timedRow) error {
-	switch o.format {
-	case "json":
-		enc := json.NewEncoder(w)
-		enc.SetIndent("", "  ")
-		return enc.Encode(rows)
-	case "csv":
-		cw := csv.NewWriter(w)
-		cw.Write(timedHeader)
-		for _, r := range rows {
-			cw.Write(r.cells())
-		}
-		cw.Flush()
-		return cw.Error()
-	case "markdown":
-		fmt.Fprintf(w, "| %s |\n", strings.Join(timedHeader, " | "))
-		fmt.Fprintf(w, "|%s\n", strings.Repeat(" --- |", len(timedHeader)))
-		for _, r := range rows {
-			fmt.Fprintf(w, "| %s |\n", strings.Join(r.cells(), " | "))
-		}
-		return nil
-	default:
-		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, strings.Join(timedHeader, "\t"))
-		for _, r := range rows {
-			fmt.Fprintln(tw, strings.Join(r.cells(), "\t"))
-		}
-		return tw.Flush()
+	cells := make([][]string, len(rows))
+	for i, r := range rows {
+		cells[i] = r.cells()
 	}
+	return writeTable(w, o.format, rows, timedHeader, cells, timedHeader, cells)
 }
