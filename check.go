@@ -369,7 +369,9 @@ func Check(ctx context.Context, cfg CheckConfig) (CheckResult, error) {
 		c.res.FencedSafe = &fenced
 		if c.overlap != nil {
 			c.res.Safe = false
-			if fenced {
+			if c.res.Violation == nil {
+				// A deadlock or starvation found past the overlap is the
+				// graver news: Safe already says two were inside.
 				c.res.Violation = c.overlap
 			}
 		}

@@ -135,9 +135,30 @@ func TestSKRecoveryEpochs(t *testing.T) {
 	c := newSKRecovery(t, 1, 3)
 	skStep(c, skSuspect(0))
 	require.True(t, c.collecting)
-	skStep(c, skMsg(out.msgs[0]))
-	assert.False(t, c.collecting)
-	assert.Equal(t, uint64(6), c.epoch)
+	skStep(c, skMsg(Message{Kind: KindStatus, From: 2, To: 1, Ref: 8, Token: &Token{LN: make([]uint64, 3)}}))
+	assert.False(t, c.collecting, "epoch 8's coordinator, peer 2, is not suspected: it completes the round")
+	assert.Equal(t, uint64(8), c.epoch)
+
+	// The newer epoch's coordinator is one this peer suspects, and this
+	// peer is the lowest it does not: it takes over with an epoch above,
+	// since a crashed coordinator never completes its round.
+	c = newSKRecovery(t, 1, 3)
+	skStep(c, skSuspect(0))
+	out = skStep(c, skMsg(out.msgs[0]))
+	assert.True(t, c.collecting)
+	assert.Equal(t, uint64(10), c.epoch, "the next epoch of peer 1 above 6")
+	assert.Len(t, out.msgs, 2, "a coordinator message to each other peer")
+
+	// The same when the newer epoch comes in its coordinator's own
+	// message, from a peer this one suspects: it reports, then takes over.
+	c = newSKRecovery(t, 1, 3)
+	skStep(c, skSuspect(0))
+	out = skStep(c, skMsg(Message{Kind: KindCoordinator, From: 0, To: 1, Ref: 6}))
+	assert.True(t, c.collecting)
+	assert.Equal(t, uint64(10), c.epoch)
+	require.Len(t, out.msgs, 3, "the status for epoch 6, then a coordinator message to each other peer")
+	assert.Equal(t, KindStatus, out.msgs[0].Kind)
+	assert.Equal(t, KindCoordinator, out.msgs[1].Kind)
 }
 
 // TestSKWithoutRecovery: without WithRecovery the machine ignores the

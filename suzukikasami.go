@@ -93,7 +93,12 @@ import (
 // token); then it enters if it waits, or passes the token on to every
 // request above LN. A token of an epoch older than the receiver's is
 // discarded where it arrives; a token that comes for a request already
-// served is passed on at once. A status or coordinator message that is
+// served is passed on at once. A peer that adopts an epoch whose
+// coordinator it suspects, while it is itself the lowest peer it does not
+// suspect, starts an epoch of its own above it: its own suspicion came
+// first, and the round it gave up for the newer epoch would otherwise
+// wait for ever on a crashed coordinator (the checker found that deadlock
+// at n = 3 after one false suspicion). A status or coordinator message that is
 // malformed (no RN of n entries, a count above the sender's own request
 // number, or an epoch whose remainder is not its sender) is refused.
 //
@@ -105,7 +110,9 @@ import (
 // at n = 3, one crash of any peer at any point, README "Crash recovery,
 // checked"). With an imperfect one a falsely suspected holder may still
 // be inside when the new token lets another peer in; fences order the
-// two, since the epoch is in a fence's high bits (README). The public
+// two, since the epoch is in a fence's high bits, and the survivors still
+// go on entering (Check at n = 3 with the fenced store, one false
+// suspicion and one crash, README). The public
 // variant suzuki-kasami-naive-regeneration regenerates without waiting
 // for the statuses, and Check finds two peers inside with a perfect
 // detector.
@@ -500,9 +507,22 @@ func (s *suzukiKasami) onCoordinator(m Message, out *output) {
 	}
 	if s.inside && s.token == nil {
 		s.owe = true
-		return
+	} else {
+		s.report(e, out)
 	}
-	s.report(e, out)
+	s.takeOver(out)
+}
+
+// takeOver starts a new epoch if this peer has just adopted one whose
+// coordinator it suspects while it is itself the lowest peer it does not
+// suspect: the suspicion that would have made it start one came before,
+// and that round was given up for the newer epoch, which a crashed
+// coordinator would never complete (the checker's deadlock at n = 3 with
+// one false suspicion).
+func (s *suzukiKasami) takeOver(out *output) {
+	if s.suspected[int(s.epoch%uint64(s.n))] && s.coordinator() { // adopting ended any round of ours
+		s.startRound(out)
+	}
 }
 
 // onStatus takes peer m.From's status: TS, the number of its last
@@ -514,6 +534,7 @@ func (s *suzukiKasami) onStatus(m Message, out *output) {
 	switch {
 	case m.Ref > s.epoch:
 		s.adopt(m.Ref, false)
+		s.takeOver(out)
 		return
 	case m.Ref < s.epoch || !s.collecting || s.reported[m.From]:
 		return // for an older epoch, or late
