@@ -87,6 +87,15 @@ func testUnreachableOverGRPC(t *testing.T, alg dmutex.Algorithm) {
 		}
 	}
 
+	// What stop sent before it closes must have arrived: Lamport's
+	// release, still on its way when req asks, would carry a later stamp
+	// from stop, and req would enter without needing stop.
+	for j := range n {
+		for j != stop && trs[stop].unacked(j) > 0 {
+			require.NoError(t, ctx.Err(), "peer %d never acknowledged what peer %d sent", j, stop)
+			time.Sleep(time.Millisecond)
+		}
+	}
 	require.NoError(t, peers[stop].Close())
 	err := peers[req].LockContext(ctx)
 	require.True(t, errors.Is(err, dmutex.ErrPeerUnreachable), "%v", err)
