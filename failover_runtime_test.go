@@ -10,16 +10,6 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// failoverCluster starts n centralized peers with coordinator failover
-// and the in-memory network's detector.
-func failoverCluster(t *testing.T, n int) *Cluster {
-	t.Helper()
-	c, err := New(Centralized, n, WithRecovery(), WithUnreachableAfter(unreachableAfter))
-	require.NoError(t, err)
-	t.Cleanup(func() { require.NoError(t, c.Close()) })
-	return c
-}
-
 // TestFailoverRuntimeSameCounts: while nobody fails, failover costs
 // nothing: one entry at a time costs what closedForms says it costs
 // without the option.
@@ -28,7 +18,7 @@ func TestFailoverRuntimeSameCounts(t *testing.T) {
 	require.Equal(t, "centralized", form.v.name)
 	for _, n := range []int{2, 3, 5} {
 		t.Run("n="+strconv.Itoa(n), func(t *testing.T) {
-			c := failoverCluster(t, n)
+			c := recoveryCluster(t, Centralized, n)
 			for id := range n {
 				before := c.Stats()
 				p := c.Peer(id)
@@ -54,7 +44,7 @@ func TestFailoverRuntimeCrash(t *testing.T) {
 	const n, rounds = 4, 3
 	for _, inside := range []bool{false, true} {
 		t.Run("inside="+strconv.FormatBool(inside), func(t *testing.T) {
-			c := failoverCluster(t, n)
+			c := recoveryCluster(t, Centralized, n)
 			dead := c.Peer(coordinator)
 			lockWithin(t, dead, time.Minute)
 			deadFence := dead.(*Peer).Fence()
@@ -101,7 +91,7 @@ func TestFailoverRuntimeCrash(t *testing.T) {
 // and every survivor enters around a guard, two callers each.
 func TestFailoverRuntimeHolderCrash(t *testing.T) {
 	const n, crashed, rounds = 4, 2, 10
-	c := failoverCluster(t, n)
+	c := recoveryCluster(t, Centralized, n)
 	lockWithin(t, c.Peer(crashed), time.Minute)
 	require.NoError(t, c.Network().Crash(crashed))
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -145,7 +135,7 @@ func TestFailoverRuntimeHolderCrash(t *testing.T) {
 // and every call enters.
 func TestFailoverRuntimeContention(t *testing.T) {
 	const n, rounds = 4, 20
-	c := failoverCluster(t, n)
+	c := recoveryCluster(t, Centralized, n)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	var g guard

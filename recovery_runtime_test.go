@@ -10,11 +10,11 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// recoveryCluster starts n Ricart-Agrawala peers with crash exclusion and
-// the in-memory network's detector.
-func recoveryCluster(t *testing.T, n int) *Cluster {
+// recoveryCluster starts n peers of alg with its recovery on and the
+// in-memory network's detector.
+func recoveryCluster(t *testing.T, alg Algorithm, n int) *Cluster {
 	t.Helper()
-	c, err := New(RicartAgrawala, n, WithRecovery(), WithUnreachableAfter(unreachableAfter))
+	c, err := New(alg, n, WithRecovery(), WithUnreachableAfter(unreachableAfter))
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, c.Close()) })
 	return c
@@ -50,7 +50,7 @@ func TestRecoverySameCounts(t *testing.T) {
 	require.Equal(t, "ricart-agrawala", form.v.name)
 	for _, n := range []int{2, 3, 5} {
 		t.Run("n="+strconv.Itoa(n), func(t *testing.T) {
-			c := recoveryCluster(t, n)
+			c := recoveryCluster(t, RicartAgrawala, n)
 			for id := range n {
 				before := c.Stats()
 				p := c.Peer(id)
@@ -99,7 +99,7 @@ func TestRecoveryCrash(t *testing.T) {
 	const n, crashed, rounds = 4, 3, 3
 	for _, inside := range []bool{false, true} {
 		t.Run("inside="+strconv.FormatBool(inside), func(t *testing.T) {
-			c := recoveryCluster(t, n)
+			c := recoveryCluster(t, RicartAgrawala, n)
 			dead := c.Peer(crashed)
 			lockWithin(t, dead, time.Minute)
 			deadFence := dead.(*Peer).Fence()
@@ -149,7 +149,7 @@ func TestRecoveryCrash(t *testing.T) {
 // callers each, around a guard: nobody overlaps, and every call enters.
 func TestRecoveryContention(t *testing.T) {
 	const n, crashed, rounds = 4, 0, 20
-	c := recoveryCluster(t, n)
+	c := recoveryCluster(t, RicartAgrawala, n)
 	require.NoError(t, c.Network().Crash(crashed))
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -189,7 +189,7 @@ func TestRecoveryContention(t *testing.T) {
 // its first entry comes after all the others'.
 func TestRecoveryTrustAgain(t *testing.T) {
 	const n, cut = 3, 2
-	c := recoveryCluster(t, n)
+	c := recoveryCluster(t, RicartAgrawala, n)
 	require.NoError(t, c.Network().Partition([]int{cut}))
 	for id := range n - 1 {
 		waitSuspected(t, c.Peer(id), []int{cut})
@@ -257,7 +257,7 @@ func TestRecoveryFastPath(t *testing.T) {
 // 0's next entry takes the next fence, though it still suspects peer 3.
 func TestRecoveryEpochOnSuspicionOnly(t *testing.T) {
 	const n = 4
-	c := recoveryCluster(t, n)
+	c := recoveryCluster(t, RicartAgrawala, n)
 	require.NoError(t, c.Network().Crash(3))
 	require.NoError(t, c.Network().Partition([]int{2}))
 	p := c.Peer(0)
