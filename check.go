@@ -198,6 +198,29 @@ type CheckConfig struct {
 	// not computed (Liveness is false).
 	SafetyOnly bool
 
+	// PartialOrder, with SafetyOnly, explores from each state only the
+	// steps of a set of peers that the others cannot interfere with, when
+	// there is one (a partial-order reduction with persistent sets; see
+	// reduce.go): two steps at different peers commute, and a peer that
+	// has a message queued from every other peer outside the set can get
+	// no new step from them. Steps that let a peer in or out, and steps
+	// that would close a cycle on the search's path, are never deferred,
+	// so safety and deadlocks are decided as by the full search, over
+	// fewer states; States then counts the states the reduced search
+	// visited. It needs a FIFO network, no faults, no failure detector and
+	// no Fenced store.
+	PartialOrder bool
+
+	// StampGaps counts as one the states of a world of clock machines
+	// (Lamport's) that differ only in gaps between stamps too wide for
+	// the rest of the run to bridge: every stamp to come is one held now
+	// plus at most one per step left, so such a gap is written as one
+	// more than the steps left (see World.stampGap). Those states behave
+	// alike, so every property is decided as without it, over fewer
+	// states. It does nothing for other algorithms, or with a budget
+	// without end.
+	StampGaps bool
+
 	// StopAtDeadlock ends the search at the first deadlock, as it always
 	// ends at the first safety violation; the result is then incomplete.
 	StopAtDeadlock bool
@@ -245,6 +268,12 @@ type CheckResult struct {
 	Transitions int     `json:"transitions"`
 	Seconds     float64 `json:"seconds"`
 	Complete    bool    `json:"complete"` // false if the state limit stopped the search
+	// PartialOrder says that the search was reduced (CheckConfig's
+	// PartialOrder): States and Transitions count what it visited.
+	PartialOrder bool `json:"partialOrder,omitempty"`
+	// StampGaps says that states differing only in wide gaps between
+	// stamps were merged (CheckConfig's StampGaps).
+	StampGaps bool `json:"stampGaps,omitempty"`
 
 	// Safe: no two peers inside at once, entries in the promised order,
 	// exactly one token, no malformed message, and the promises a machine
@@ -382,15 +411,16 @@ func Check(ctx context.Context, cfg CheckConfig) (CheckResult, error) {
 
 // checker is one run of Check.
 type checker struct {
-	cc    CheckConfig
-	cfg   *config
-	res   CheckResult
-	seeds [2]maphash.Seed
-	fps   *visited
-	buf   []byte
-	sbuf  []byte
-	mbufs [][]byte
-	start time.Time
+	cc     CheckConfig
+	cfg    *config
+	res    CheckResult
+	seeds  [2]maphash.Seed
+	fps    *visited
+	buf    []byte
+	sbuf   []byte
+	mbufs  [][]byte
+	stamps stampMap
+	start  time.Time
 
 	graph bool
 	// Per state, in order of discovery (which is the order of expansion,
@@ -523,6 +553,22 @@ func newChecker(cc CheckConfig) (*checker, error) {
 	if cc.Detector.Kind != DetectorNone && cc.N > maxDetectorPeers {
 		return nil, fmt.Errorf("%w: a failure detector for %d peers, want at most %d", ErrInvalidConfig, cc.N, maxDetectorPeers)
 	}
+	if cc.PartialOrder {
+		switch {
+		case !cc.SafetyOnly:
+			return nil, fmt.Errorf("%w: PartialOrder needs SafetyOnly: the reduced graph keeps safety and deadlocks, not the cycles liveness is checked on", ErrInvalidConfig)
+		case cc.Network != NetworkFIFO:
+			return nil, fmt.Errorf("%w: PartialOrder with network %v: it needs FIFO queues, where a message sent later cannot come before one already queued", ErrInvalidConfig, cc.Network)
+		case !cc.Faults.zero():
+			return nil, fmt.Errorf("%w: PartialOrder with faults %v: a fault is a step of the whole network", ErrInvalidConfig, cc.Faults)
+		case cc.Detector.Kind != DetectorNone:
+			return nil, fmt.Errorf("%w: PartialOrder with detector %v", ErrInvalidConfig, cc.Detector)
+		case cc.Fenced:
+			return nil, fmt.Errorf("%w: PartialOrder with Fenced: every write to the store is shared", ErrInvalidConfig)
+		case cc.N > 64:
+			return nil, fmt.Errorf("%w: PartialOrder for %d peers, want at most 64", ErrInvalidConfig, cc.N)
+		}
+	}
 	opts := slices.Clone(cc.Options)
 	if v != nil {
 		opts = append(opts, WithVariant(v.Name))
@@ -537,6 +583,7 @@ func newChecker(cc CheckConfig) (*checker, error) {
 		return nil, err
 	}
 	cfg.fenced = cc.Fenced
+	cfg.stampGaps = cc.StampGaps
 	c := &checker{
 		cc:            cc,
 		cfg:           cfg,
@@ -554,6 +601,8 @@ func newChecker(cc CheckConfig) (*checker, error) {
 		Faults:       cc.Faults.String(),
 		Detector:     cc.Detector.String(),
 		MaxOvertakes: -1,
+		PartialOrder: cc.PartialOrder,
+		StampGaps:    cc.StampGaps,
 	}
 	if cc.Network == NetworkUnordered {
 		c.classes = make(map[string]int32)
@@ -599,7 +648,7 @@ func (c *checker) startWorld(trace bool) (*World, error) {
 
 // fingerprint returns the 128-bit hash of w's encoding.
 func (c *checker) fingerprint(w *World) fingerprint {
-	c.buf = w.appendState(c.buf[:0], &c.mbufs, &c.sbuf)
+	c.buf = w.appendState(c.buf[:0], &c.mbufs, &c.sbuf, &c.stamps)
 	return fingerprint{maphash.Bytes(c.seeds[0], c.buf), maphash.Bytes(c.seeds[1], c.buf)}
 }
 
@@ -863,9 +912,11 @@ func (c *checker) breadthFirst(ctx context.Context, w *World) (bool, error) {
 // dfsFrame is one world on the depth-first search's path, its enabled
 // transitions, and the next one to take.
 type dfsFrame struct {
-	w    *World
-	trs  []Transition
-	next int
+	w     *World
+	trs   []Transition
+	next  int
+	limit int         // the frame is done when next reaches it: len(trs), or fewer under PartialOrder
+	fp    fingerprint // w's, under PartialOrder
 }
 
 // depthFirst explores from w depth first, without the graph: it keeps
@@ -883,6 +934,13 @@ func (c *checker) depthFirst(ctx context.Context, w *World) (bool, error) {
 		return trs
 	}
 	stack := []dfsFrame{{w: w}}
+	// onStack counts the states on the path, under PartialOrder: a
+	// deferred step must not be put off round a cycle for ever.
+	var onStack map[fingerprint]int32
+	if c.cc.PartialOrder {
+		stack[0].fp = c.fingerprint(w)
+		onStack = map[fingerprint]int32{stack[0].fp: 1}
+	}
 	// push examines the world just put on top of the stack; it reports
 	// false when the search must end.
 	push := func() bool {
@@ -891,6 +949,10 @@ func (c *checker) depthFirst(ctx context.Context, w *World) (bool, error) {
 		var broken error
 		f.trs, v, broken = c.examine(f.w, f.trs)
 		f.next = 0
+		f.limit = len(f.trs)
+		if c.cc.PartialOrder {
+			f.limit = f.w.persistent(f.trs)
+		}
 		switch v {
 		case vDeadlock:
 			if c.deadlockPath == nil {
@@ -913,7 +975,12 @@ func (c *checker) depthFirst(ctx context.Context, w *World) (bool, error) {
 	for len(stack) > 0 {
 		top := len(stack) - 1
 		f := &stack[top]
-		if f.next == len(f.trs) {
+		if f.next == f.limit {
+			if onStack != nil {
+				if onStack[f.fp]--; onStack[f.fp] == 0 {
+					delete(onStack, f.fp)
+				}
+			}
 			stack = stack[:top]
 			continue
 		}
@@ -945,6 +1012,11 @@ func (c *checker) depthFirst(ctx context.Context, w *World) (bool, error) {
 			c.overlap = c.violationAlong("safety", along(stack), -1, t, st.overlap.Error())
 		}
 		fp := c.fingerprint(next)
+		if f.limit < len(f.trs) && (st.Entered >= 0 || t.Kind == TransLeave || st.overlap != nil || onStack[fp] > 0) {
+			// A deferred step would change who is inside, or be put off
+			// round a cycle: expand this state in full after all.
+			f.limit = len(f.trs)
+		}
 		if c.limit > 0 && c.res.States >= c.limit {
 			if _, seen := c.fps.get(fp); !seen {
 				complete = false
@@ -956,6 +1028,10 @@ func (c *checker) depthFirst(ctx context.Context, w *World) (bool, error) {
 		}
 		c.res.States++
 		stack = stack[:top+2]
+		if onStack != nil {
+			stack[top+1].fp = fp
+			onStack[fp]++
+		}
 		if err := c.tick(ctx); err != nil {
 			return false, err
 		}

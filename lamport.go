@@ -206,7 +206,7 @@ func (l *lamport) assign(src machine) bool {
 	return true
 }
 
-func (l *lamport) appendState(b []byte) []byte { return l.appendStateIn(b, false, 0) }
+func (l *lamport) appendState(b []byte) []byte { return l.appendStateIn(b, false, nil) }
 
 // appendStateIn leaves out of the encoding what no future event reads;
 // two states that differ only there behave the same, and the checker
@@ -230,18 +230,18 @@ func (l *lamport) appendState(b []byte) []byte { return l.appendStateIn(b, false
 //     a request waits, that bit of the entry rule: at a new request every
 //     queued request goes before it.
 //
-// Every stamp is used only through <, max and +1, so the world encodes
-// them less off (see clockMachine); 0 stays "none" in queue.
-func (l *lamport) appendStateIn(b []byte, noTries bool, off uint64) []byte {
+// Every stamp is used only through <, max and +1, so the world renames
+// them in order (see clockMachine and stampMap); 0 stays "none" in queue.
+func (l *lamport) appendStateIn(b []byte, noTries bool, sm *stampMap) []byte {
 	waits := l.wanting && !l.trying
 	// The flags come first: they say what follows.
 	b = appendBool(b, l.wanting)
 	b = appendBool(b, l.trying)
 	b = appendBool(b, l.held)
 	b = appendBool(b, noTries)
-	b = appendUint(b, l.clock-off)
+	b = appendUint(b, sm.of(l.clock))
 	if l.wanting || l.held {
-		b = appendUint(b, l.ts-off)
+		b = appendUint(b, sm.of(l.ts))
 	}
 	if l.trying {
 		b = appendInt(b, l.answers)
@@ -251,7 +251,7 @@ func (l *lamport) appendStateIn(b []byte, noTries bool, off uint64) []byte {
 		case t == 0:
 			b = append(b, 0)
 		case !noTries:
-			b = appendUint(b, t-off+1)
+			b = appendUint(b, sm.of(t)+1)
 		case j != l.id && waits && before(t, j, l.ts, l.id):
 			b = append(b, 2)
 		default:
@@ -266,21 +266,26 @@ func (l *lamport) appendStateIn(b []byte, noTries bool, off uint64) []byte {
 	return b
 }
 
-// minStamp is the least stamp appendStateIn encodes.
-func (l *lamport) minStamp(noTries bool) uint64 {
-	m := l.clock
+// appendStamps appends the stamps appendStateIn encodes.
+func (l *lamport) appendStamps(s []uint64, noTries bool) []uint64 {
+	s = append(s, l.clock)
 	if l.wanting || l.held {
-		m = min(m, l.ts)
+		s = append(s, l.ts)
 	}
 	if !noTries {
 		for _, t := range l.queue {
 			if t != 0 {
-				m = min(m, t)
+				s = append(s, t)
 			}
 		}
 	}
-	return m
+	return s
 }
+
+// entryEvents: a request or try, its n-1 deliveries, the n-1 deliveries
+// of the replies (or busy answers) they cause, the leave or refusal, and
+// the n-1 deliveries of its release.
+func (l *lamport) entryEvents(n int) int { return 3*(n-1) + 2 }
 
 func (l *lamport) describe() []Field {
 	fs := []Field{

@@ -101,14 +101,14 @@ func TestCheckFindsLivelock(t *testing.T) {
 			var at []byte
 			for i, id := range v.Transitions {
 				if i == v.CycleStart {
-					at = x.appendState(nil, new([][]byte), new([]byte))
+					at = x.appendState(nil, new([][]byte), new([]byte), new(stampMap))
 				}
 				tr, ok := x.Find(id)
 				require.True(t, ok, id)
 				_, err := x.Apply(tr)
 				require.NoError(t, err)
 			}
-			assert.True(t, bytes.Equal(at, x.appendState(nil, new([][]byte), new([]byte))), "the cycle closes")
+			assert.True(t, bytes.Equal(at, x.appendState(nil, new([][]byte), new([]byte), new(stampMap))), "the cycle closes")
 		})
 	}
 }

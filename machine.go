@@ -144,15 +144,21 @@ func reuse[T any](dst, src []T) []T {
 // less the least one it encodes, so that states that differ by such a
 // shift are one state.
 //
-// appendStateIn appends the machine's encoding with every stamp it
-// encodes less off (all at least off), and may leave out what no future
-// event can read given noTries, a fact of the whole world that its own
-// encoding implies: no try will be made or delivered again (every peer's
-// budget of tries is spent and no try is in flight). minStamp returns
-// the least stamp appendStateIn would encode with that noTries.
+// appendStateIn appends the machine's encoding with every stamp v it
+// encodes written as sm.of(v) (sm renames the stamps of the whole world
+// in order; nil leaves them as they are), and may leave out what no
+// future event can read given noTries, a fact of the whole world that its
+// own encoding implies: no try will be made or delivered again (every
+// peer's budget of tries is spent and no try is in flight). appendStamps
+// appends every stamp appendStateIn would encode with that noTries.
 type clockMachine interface {
-	appendStateIn(b []byte, noTries bool, off uint64) []byte
-	minStamp(noTries bool) uint64
+	appendStateIn(b []byte, noTries bool, sm *stampMap) []byte
+	appendStamps(s []uint64, noTries bool) []uint64
+	// entryEvents is the most steps of the world (a request or try, a
+	// leave, a delivery) one entry or refusal of n peers can take, from
+	// its request to the last delivery its messages cause: see
+	// World.stampGap.
+	entryEvents(n int) int
 }
 
 // tokenHolder is implemented by machines of token algorithms, so that the

@@ -51,6 +51,7 @@ type config struct {
 	implicitReplies bool     // Ricart-Agrawala: WithImplicitReplies
 	recovery        bool     // WithRecovery
 	fenced          bool     // NewWorld only: the fenced store (CheckConfig.Fenced)
+	stampGaps       bool     // NewWorld only: cap the gaps between stamps (CheckConfig.StampGaps)
 	faults          *Faults  // WithFaults
 	observer        Observer // WithObserver; nil means none
 

@@ -176,7 +176,7 @@ func tryWaitsForLeave(start *World) string {
 	var buf, sbuf []byte
 	var scratch [][]byte
 	key := func(w *World) string {
-		buf = w.appendState(buf[:0], &scratch, &sbuf)
+		buf = w.appendState(buf[:0], &scratch, &sbuf, new(stampMap))
 		return string(buf)
 	}
 	seen := map[string]bool{key(start): true}

@@ -1625,16 +1625,17 @@ func (w *World) blocked(waiting []int) error {
 // appendState appends w's canonical encoding to b: two worlds encode
 // equally exactly when they behave the same from now on, whatever their
 // messages' serial numbers. scratch is reused for the bag's sorting.
-func (w *World) appendState(b []byte, scratch *[][]byte, sbuf *[]byte) []byte {
+func (w *World) appendState(b []byte, scratch *[][]byte, sbuf *[]byte, stamps *stampMap) []byte {
 	var noTries bool
-	var off uint64
+	var sm *stampMap
 	if w.clocks {
 		noTries = w.triesOver()
-		off = w.stampOffset(noTries)
+		w.stamps(stamps, noTries)
+		sm = stamps
 	}
 	for p, m := range w.ms {
 		if w.clocks {
-			*sbuf = m.(clockMachine).appendStateIn((*sbuf)[:0], noTries, off)
+			*sbuf = m.(clockMachine).appendStateIn((*sbuf)[:0], noTries, sm)
 		} else {
 			*sbuf = m.appendState((*sbuf)[:0])
 		}
@@ -1653,7 +1654,7 @@ func (w *World) appendState(b []byte, scratch *[][]byte, sbuf *[]byte) []byte {
 		for _, q := range w.queues {
 			b = appendInt(b, len(q))
 			for _, e := range q {
-				b = appendMessage(b, shifted(e.m, off))
+				b = appendMessage(b, sm.message(e.m))
 				if w.store != nil {
 					b = appendUint(b, e.m.Fence)
 				}
@@ -1667,7 +1668,7 @@ func (w *World) appendState(b []byte, scratch *[][]byte, sbuf *[]byte) []byte {
 			if i < cap(bufs) {
 				mb = bufs[:i+1][i][:0]
 			}
-			mb = appendMessage(mb, shifted(e.m, off))
+			mb = appendMessage(mb, sm.message(e.m))
 			if w.store != nil {
 				mb = appendUint(mb, e.m.Fence)
 			}
@@ -1683,7 +1684,7 @@ func (w *World) appendState(b []byte, scratch *[][]byte, sbuf *[]byte) []byte {
 	switch w.order {
 	case orderTimestamp:
 		if w.lastID >= 0 {
-			b = appendUint(b, w.lastTS-off)
+			b = appendUint(b, sm.of(w.lastTS))
 		}
 		b = appendInt(b, w.lastID)
 	case orderCoordinator:
@@ -1715,18 +1716,48 @@ func (w *World) appendState(b []byte, scratch *[][]byte, sbuf *[]byte) []byte {
 	return b
 }
 
-// stampOffset returns the least stamp the world encodes, with clocks
-// set: every clockMachine's, the TS and non-zero Ref of every message in
+// A stampMap renames the stamps of a world's encoding in order: the
+// least becomes 0 and each gap to the next is kept, up to a cap (see
+// World.stampGap). Without a cap that is the shift clockMachine allows.
+type stampMap struct {
+	vals []uint64 // the stamps encoded, sorted and distinct
+	to   []uint64 // to[i] is what vals[i] is written as
+}
+
+// of returns what stamp v is written as; a nil map leaves it as it is.
+func (sm *stampMap) of(v uint64) uint64 {
+	if sm == nil {
+		return v
+	}
+	i, ok := slices.BinarySearch(sm.vals, v)
+	if !ok {
+		panic(fmt.Sprintf("dmutex: internal error: stamp %d is not among the world's %v", v, sm.vals))
+	}
+	return sm.to[i]
+}
+
+// message returns m with its stamps renamed: TS, and Ref if it is not
+// zero.
+func (sm *stampMap) message(m Message) Message {
+	m.TS = sm.of(m.TS)
+	if m.Ref != 0 {
+		m.Ref = sm.of(m.Ref)
+	}
+	return m
+}
+
+// stamps fills sm from every stamp the world encodes, with clocks set:
+// every clockMachine's, the TS and non-zero Ref of every message in
 // flight, and the latest entry's stamp once there is one.
-func (w *World) stampOffset(noTries bool) uint64 {
-	off := ^uint64(0)
+func (w *World) stamps(sm *stampMap, noTries bool) {
+	vals := sm.vals[:0]
 	for _, m := range w.ms {
-		off = min(off, m.(clockMachine).minStamp(noTries))
+		vals = m.(clockMachine).appendStamps(vals, noTries)
 	}
 	msg := func(m Message) {
-		off = min(off, m.TS)
+		vals = append(vals, m.TS)
 		if m.Ref != 0 {
-			off = min(off, m.Ref)
+			vals = append(vals, m.Ref)
 		}
 	}
 	for _, q := range w.queues {
@@ -1738,19 +1769,54 @@ func (w *World) stampOffset(noTries bool) uint64 {
 		msg(e.m)
 	}
 	if w.order == orderTimestamp && w.lastID >= 0 {
-		off = min(off, w.lastTS)
+		vals = append(vals, w.lastTS)
 	}
-	return off
+	slices.Sort(vals)
+	vals = slices.Compact(vals)
+	gap := w.stampGap()
+	to := sm.to[:0]
+	for i, v := range vals {
+		if i == 0 {
+			to = append(to, 0)
+			continue
+		}
+		to = append(to, to[i-1]+min(v-vals[i-1], gap))
+	}
+	sm.vals, sm.to = vals, to
 }
 
-// shifted returns m with its stamps less off: TS, and Ref if it is not
-// zero.
-func shifted(m Message, off uint64) Message {
-	m.TS -= off
-	if m.Ref != 0 {
-		m.Ref -= off
+// stampGap is the widest gap between two stamps next to each other in
+// order that the encoding keeps, with the checker's StampGaps; wider ones
+// are written as that gap. Every stamp a clockMachine will make is a stamp
+// it holds now (or one in flight to it) plus one per step on a causal
+// chain of steps, and no chain is longer than the steps left in the whole
+// run, E. Two stamps further apart than E therefore compare the same way
+// as anything made from them ever will, and keeping such a gap at E+1
+// keeps every comparison, max and +1 the machines will do: the states
+// that differ only in how wide those gaps are behave the same. E is
+// bounded by entryEvents for every entry not yet over (budgets and tries
+// left, and requests out or inside) plus the messages in flight. With a
+// budget without end, or without StampGaps, there is no cap.
+func (w *World) stampGap() uint64 {
+	if !w.cfg.stampGaps {
+		return ^uint64(0)
 	}
-	return m
+	entries := 0
+	for p := range w.peers {
+		s := &w.peers[p]
+		if s.budget < 0 || s.tries < 0 {
+			return ^uint64(0)
+		}
+		entries += s.budget + s.tries
+		if s.requested || s.inside {
+			entries++
+		}
+	}
+	inFlight := len(w.bag)
+	for _, q := range w.queues {
+		inFlight += len(q)
+	}
+	return uint64(entries*w.ms[0].(clockMachine).entryEvents(w.n)+inFlight) + 1
 }
 
 // triesOver reports whether no try will be made or delivered again: no

@@ -159,7 +159,7 @@ func TestStateEncodingIsFaithful(t *testing.T) {
 		config{"lamport/tries", Lamport, []Option{WithTries(1)}})
 	var scratch [][]byte
 	var sbuf []byte
-	enc := func(w *World) string { return string(w.appendState(nil, &scratch, &sbuf)) }
+	enc := func(w *World) string { return string(w.appendState(nil, &scratch, &sbuf, new(stampMap))) }
 	same := func(a, b Transition) bool {
 		return a.Kind == b.Kind && a.Peer == b.Peer && sameMessage(a.Msg, b.Msg)
 	}

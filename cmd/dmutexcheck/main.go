@@ -10,7 +10,7 @@
 //	dmutexcheck -list
 //	dmutexcheck -alg ricart-agrawala -crash any -detector perfect -recovery
 //	dmutexcheck -alg suzuki-kasami -n 4 -partition 0,1 -heal
-//	dmutexcheck -alg lamport -requests 2 -safety-only -max-states -1
+//	dmutexcheck -alg lamport -requests 2 -por -stamp-gaps -max-states -1
 //
 // The faults, each at most once at any point of a run: -crash any or
 // -crash ID (a peer crashes for good; -crash-inside only while it is
@@ -27,6 +27,14 @@
 // every holder writes to twice, and reports fenced safety (the writes of
 // two holds never interleave in what the store accepts); two holders
 // inside at once are then reported but do not end the search.
+//
+// For the biggest spaces, -safety-only checks safety and deadlock depth
+// first, keeping 16 bytes per state instead of the graph; -por (which
+// implies it) adds a partial-order reduction, exploring only one set of
+// peers' steps where the others cannot interfere; -stamp-gaps merges the
+// states of Lamport's algorithm that differ only in gaps between stamps
+// too wide for the rest of the run to bridge (dmutex.CheckConfig has the
+// details of each).
 //
 // Exit codes: 0 every property holds, 1 a violation was found, 2 bad
 // usage, 3 the state limit stopped the search before it found anything
@@ -94,6 +102,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	recovery := fs.Bool("recovery", false, "turn on the algorithm's crash recovery (WithRecovery)")
 	fenced := fs.Bool("fenced", false, "add a store that checks fences, which every holder writes to twice, and check fenced safety (CheckConfig.Fenced)")
 	safetyOnly := fs.Bool("safety-only", false, "check safety and deadlock only, depth first, without the graph liveness needs (for the biggest spaces)")
+	por := fs.Bool("por", false, "partial-order reduction: explore one set of peers' steps where the others cannot interfere (implies -safety-only; FIFO, no faults)")
+	stampGaps := fs.Bool("stamp-gaps", false, "merge Lamport states that differ only in gaps between stamps wider than the rest of the run can bridge")
 	mermaid := fs.Bool("mermaid", false, "also print the counterexample as a Mermaid diagram")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -115,7 +125,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		return 0
 	}
-	cfg := dmutex.CheckConfig{Variant: *variant, N: *n, MaxStates: *maxStates, SafetyOnly: *safetyOnly, Fenced: *fenced}
+	cfg := dmutex.CheckConfig{Variant: *variant, N: *n, MaxStates: *maxStates, SafetyOnly: *safetyOnly || *por, PartialOrder: *por, StampGaps: *stampGaps, Fenced: *fenced}
 	if *maxStates == 0 {
 		return bad("-max-states: 0 is not a limit (use -1 for none)")
 	}

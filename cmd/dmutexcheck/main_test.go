@@ -241,3 +241,30 @@ func TestFaultFlags(t *testing.T) {
 		})
 	}
 }
+
+// TestReductionFlags: -por and -stamp-gaps reach Check, the JSON says the
+// search was reduced, it visits fewer states with the same verdicts, and
+// -por over a reordering network is a usage error.
+func TestReductionFlags(t *testing.T) {
+	states := func(args ...string) (float64, map[string]any) {
+		code, stdout, stderr := runCmd(t, append([]string{"-alg", "lamport", "-n", "2", "-requests", "3", "-json"}, args...)...)
+		require.Equal(t, 0, code, stderr)
+		var m map[string]any
+		require.NoError(t, json.Unmarshal([]byte(stdout), &m))
+		for _, k := range []string{"safe", "deadlockFree", "complete"} {
+			assert.Equal(t, true, m[k], k)
+		}
+		return m["states"].(float64), m
+	}
+	full, m := states("-safety-only")
+	assert.NotContains(t, m, "partialOrder")
+	reduced, m := states("-por", "-stamp-gaps")
+	assert.Equal(t, true, m["partialOrder"])
+	assert.Equal(t, true, m["stampGaps"])
+	assert.Less(t, reduced, full)
+
+	code, stdout, stderr := runCmd(t, "-alg", "lamport", "-por", "-net", "unordered")
+	assert.Equal(t, 2, code)
+	assert.Empty(t, stdout)
+	assert.Contains(t, stderr, "PartialOrder with network unordered")
+}

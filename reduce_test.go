@@ -1,0 +1,296 @@
+package dmutex
+
+import (
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// reducibleCases are the configurations of TestModelCheck that the
+// reductions apply to (FIFO, no faults), small enough to check twice.
+func reducibleCases() []checkCase {
+	var cs []checkCase
+	for _, cc := range checkCases() {
+		if cc.net == NetworkFIFO && !cc.big {
+			cs = append(cs, cc)
+		}
+	}
+	return cs
+}
+
+// TestPartialOrderKeepsVerdicts checks every small FIFO configuration of
+// every algorithm twice, depth first: in full, and reduced by
+// PartialOrder (with StampGaps). Both must complete with the same
+// verdicts, the reduced search over no more states than the full one,
+// and over fewer in all.
+//
+// The rows of docs/benchmarks.md's table of reductions are compared with
+// what it counts (the row of requests 2,1,1 with -dmutex.big only).
+func TestPartialOrderKeepsVerdicts(t *testing.T) {
+	var full, reduced int
+	cases := reducibleCases()
+	counts := map[string][2]int{}
+	for _, cc := range cases {
+		t.Run(cc.name(), func(t *testing.T) {
+			cfg := CheckConfig{Algorithm: cc.v.alg, N: cc.n, Requests: cc.requests, Options: cc.v.opts, SafetyOnly: true, MaxStates: -1}
+			a := mustCheck(t, cfg)
+			cfg.PartialOrder, cfg.StampGaps = true, true
+			b := mustCheck(t, cfg)
+			require.True(t, a.Complete && b.Complete)
+			assert.True(t, b.PartialOrder)
+			assert.Equal(t, a.Safe, b.Safe)
+			assert.Equal(t, a.DeadlockFree, b.DeadlockFree)
+			assert.True(t, a.Safe && a.DeadlockFree, "%+v", a.Violation)
+			assert.LessOrEqual(t, b.States, a.States)
+			t.Logf("%d states in full, %d reduced (%.2fx)", a.States, b.States, float64(a.States)/float64(b.States))
+			full += a.States
+			reduced += b.States
+			counts[cc.name()] = [2]int{a.States, b.States}
+		})
+	}
+	t.Logf("all: %d states in full, %d reduced", full, reduced)
+	assert.Less(t, reduced*10, full*9, "the reduction should save at least a tenth of the states")
+
+	rows := map[string][2]int{
+		fmt.Sprintf("every small FIFO configuration of TestModelCheck (%d, all algorithms)", len(cases)): {full, reduced},
+		"Lamport n=3 r=1":         counts["lamport/n=3/r=1/fifo"],
+		"Lamport n=2 r=4":         counts["lamport/n=2/r=4/fifo"],
+		"Ricart-Agrawala n=3 r=2": counts["ricart-agrawala/n=3/r=2/fifo"],
+	}
+	if *bigChecks {
+		cfg := CheckConfig{Algorithm: Lamport, N: 3, RequestsPerPeer: []int{2, 1, 1}, SafetyOnly: true, MaxStates: -1}
+		a := mustCheck(t, cfg)
+		cfg.PartialOrder, cfg.StampGaps = true, true
+		b := mustCheck(t, cfg)
+		require.True(t, a.Safe && a.DeadlockFree && b.Safe && b.DeadlockFree && a.Complete && b.Complete)
+		rows["Lamport n=3, requests 2,1,1"] = [2]int{a.States, b.States}
+	}
+	doc, err := os.ReadFile("docs/benchmarks.md")
+	require.NoError(t, err)
+	for label, n := range rows {
+		require.NotZero(t, n[0], label)
+		row := fmt.Sprintf("| %s | %s | %s | %.2fx |", label, commas(n[0]), commas(n[1]), float64(n[0])/float64(n[1]))
+		assert.True(t, strings.Contains(string(doc), row+"\n"), "docs/benchmarks.md's table of reductions is stale; want the row\n%s", row)
+	}
+}
+
+// TestPartialOrderFindsViolations: every flaw the full search finds over
+// a FIFO network without faults, the reduced one finds too, with a trace
+// that replays. The broken machines break each kind of promise (two
+// inside, a deadlock, a second token, a lost token, the entry order), and
+// the named variants are the textbook's.
+func TestPartialOrderFindsViolations(t *testing.T) {
+	cfgs := map[string]CheckConfig{
+		"overlap":         {Algorithm: Centralized, N: 2, build: func(int, int) machine { return &fakeMachine{} }},
+		"deadlock":        {Algorithm: Centralized, N: 2, build: func(int, int) machine { return &fakeMachine{never: true} }},
+		"forged token":    {Algorithm: Centralized, N: 2, build: func(id, _ int) machine { return &forger{token: id == 0} }},
+		"vanished token":  {Algorithm: Centralized, N: 2, build: func(id, _ int) machine { return &dropper{token: id == 0} }},
+		"timestamp order": {Algorithm: Centralized, N: 2, build: backwards},
+	}
+	for _, v := range Variants() {
+		if v.Network == NetworkUnordered || !v.Faults.zero() || v.Detector.Kind != DetectorNone {
+			continue
+		}
+		cfgs[v.Name] = CheckConfig{Variant: v.Name}
+	}
+	require.GreaterOrEqual(t, len(cfgs), 8, "the broken machines and at least three variants")
+	for name, cfg := range cfgs {
+		t.Run(name, func(t *testing.T) {
+			cfg.SafetyOnly = true
+			cfg.MaxStates = -1
+			a := mustCheck(t, cfg)
+			require.NotNil(t, a.Violation, "the full search finds the flaw")
+			cfg.PartialOrder, cfg.StampGaps = true, true
+			b := mustCheck(t, cfg)
+			require.NotNil(t, b.Violation, "the reduced search misses the flaw (%d states)", b.States)
+			assert.Equal(t, a.Violation.Property, b.Violation.Property)
+			if cfg.build == nil {
+				w, err := b.Violation.Replay()
+				require.NotNil(t, w)
+				if b.Violation.Property == "safety" {
+					require.NoError(t, err)
+				}
+			}
+			t.Logf("%s: full %d states, reduced %d: %s", b.Violation.Property, a.States, b.States, b.Violation.Message)
+		})
+	}
+}
+
+// TestStampGapsKeepsLiveness: StampGaps merges only states that behave
+// alike, so with the graph too every verdict, the bound on overtaking
+// included, stays what the full graph gives, over fewer states.
+func TestStampGapsKeepsLiveness(t *testing.T) {
+	for _, cfg := range []CheckConfig{
+		{Algorithm: Lamport, N: 2, Requests: 4},
+		{Algorithm: Lamport, N: 3, Requests: 1},
+		{Algorithm: Lamport, N: 3, RequestsPerPeer: []int{2, 1, 0}},
+		{Algorithm: Lamport, N: 2, Requests: 2, Tries: 1},
+	} {
+		t.Run(fmt.Sprintf("n=%d/r=%d/%v/tries=%d", cfg.N, cfg.Requests, cfg.RequestsPerPeer, cfg.Tries), func(t *testing.T) {
+			a := mustCheck(t, cfg)
+			cfg.StampGaps = true
+			b := mustCheck(t, cfg)
+			require.True(t, a.Complete && b.Complete && a.Liveness && b.Liveness)
+			assert.Equal(t, a.Safe, b.Safe)
+			assert.Equal(t, a.DeadlockFree, b.DeadlockFree)
+			assert.Equal(t, a.StarvationFree, b.StarvationFree)
+			assert.Equal(t, a.MaxOvertakes, b.MaxOvertakes)
+			assert.Less(t, b.States, a.States, "wide gaps between stamps are merged")
+			t.Logf("%d states, %d with StampGaps; maxOvertakes %d", a.States, b.States, b.MaxOvertakes)
+		})
+	}
+}
+
+// TestStampGapOfTheRunLeft pins the cap: one more than the steps the rest
+// of the run may take, and none with a budget without end.
+func TestStampGapOfTheRunLeft(t *testing.T) {
+	cfg, err := newConfig(Lamport, 3, forWorld, []Option{WithRequests(2), WithoutTrace()})
+	require.NoError(t, err)
+	cfg.stampGaps = true
+	w, err := newWorld(cfg, nil)
+	require.NoError(t, err)
+	// Six requests to come, each of at most 3(n-1)+2 = 8 steps.
+	assert.Equal(t, uint64(6*8+1), w.stampGap())
+	_, err = w.Apply(Transition{Kind: TransRequest, Peer: 0})
+	require.NoError(t, err)
+	// Five to come and one out, with its two requests in flight.
+	assert.Equal(t, uint64(6*8+2+1), w.stampGap())
+
+	cfg.stampGaps = false
+	assert.Equal(t, ^uint64(0), w.stampGap(), "without StampGaps")
+	cfg, err = newConfig(Lamport, 3, forWorld, []Option{WithRequests(Unlimited), WithoutTrace()})
+	require.NoError(t, err)
+	cfg.stampGaps = true
+	w, err = newWorld(cfg, nil)
+	require.NoError(t, err)
+	assert.Equal(t, ^uint64(0), w.stampGap(), "with requests without end")
+}
+
+func TestPartialOrderBadConfig(t *testing.T) {
+	for _, cfg := range []CheckConfig{
+		{Algorithm: Lamport, PartialOrder: true},
+		{Algorithm: Centralized, PartialOrder: true, SafetyOnly: true, Network: NetworkUnordered},
+		{Algorithm: Centralized, PartialOrder: true, SafetyOnly: true, Faults: CheckFaults{Crash: true, CrashPeer: AnyPeer}},
+		{Algorithm: Centralized, PartialOrder: true, SafetyOnly: true, Detector: Detector{Kind: DetectorPerfect}},
+		{Algorithm: Centralized, PartialOrder: true, SafetyOnly: true, Fenced: true},
+	} {
+		_, err := Check(t.Context(), cfg)
+		require.ErrorIs(t, err, ErrInvalidConfig, "%+v", cfg)
+		require.ErrorContains(t, err, "PartialOrder")
+	}
+}
+
+// lamportWorld returns a Lamport world of n peers, one request each,
+// after steps, each a transition's ID.
+func lamportWorld(t *testing.T, n int, steps ...string) *World {
+	t.Helper()
+	w, err := NewWorld(Lamport, n, WithRequests(1))
+	require.NoError(t, err)
+	for _, id := range steps {
+		tr, ok := w.Find(id)
+		require.True(t, ok, "%s is not enabled in\n%v", id, w)
+		_, err := w.Apply(tr)
+		require.NoError(t, err)
+	}
+	return w
+}
+
+// TestClosedSet: a closed set takes in every peer with an empty queue
+// into one of its members, and so on from those.
+func TestClosedSet(t *testing.T) {
+	w := lamportWorld(t, 3)
+	assert.Equal(t, uint64(0b111), w.closedSet(0), "nothing queued: every peer may send first")
+	// Peers 0 and 1 ask: 0 has a request queued from 1 but none from 2,
+	// and 2 has requests queued from both.
+	w = lamportWorld(t, 3, "r0", "r1")
+	assert.Equal(t, uint64(0b101), w.closedSet(0), "2 has nothing queued to 0")
+	// All three ask: every queue holds a request.
+	w = lamportWorld(t, 3, "r0", "r1", "r2")
+	for p := range 3 {
+		assert.Equal(t, uint64(1)<<uint(p), w.closedSet(p), "peer %d", p)
+	}
+	// Then peer 0 takes 1's request: the queue 1->0 is empty, so 1 joins
+	// 0; 1 has requests queued from 0 and 2, so the set stops there.
+	w = lamportWorld(t, 3, "r0", "r1", "r2", firstDelivery(t, 3, 1, 0, "r0", "r1", "r2"))
+	assert.Equal(t, uint64(0b011), w.closedSet(0))
+	assert.Equal(t, uint64(0b010), w.closedSet(1))
+	// A chain: with four peers, where 3 has sent nothing to 1, 0's set
+	// takes in 1 (empty 1->0), then 3 (empty 3->1).
+	w = lamportWorld(t, 4, "r0", "r1", "r2", "r3")
+	for _, id := range []string{firstDelivery(t, 4, 1, 0, "r0", "r1", "r2", "r3")} {
+		tr, ok := w.Find(id)
+		require.True(t, ok)
+		_, err := w.Apply(tr)
+		require.NoError(t, err)
+	}
+	w.queues[3*4+1] = nil // as if 3's request to 1 were delivered, without 1's reply
+	assert.Equal(t, uint64(0b1011), w.closedSet(0), "0, then 1, then 3")
+}
+
+// firstDelivery returns the ID of the delivery from -> to enabled after
+// steps, in a fresh Lamport world of n peers.
+func firstDelivery(t *testing.T, n, from, to int, steps ...string) string {
+	t.Helper()
+	w := lamportWorld(t, n, steps...)
+	for _, tr := range w.Transitions() {
+		if tr.Kind == TransDeliver && tr.Msg.From == from && tr.Msg.To == to {
+			return tr.ID()
+		}
+	}
+	t.Fatalf("no delivery %d -> %d after %v", from, to, steps)
+	return ""
+}
+
+// TestPersistent: the persistent set comes first, it holds the steps of
+// the closed set with the fewest steps (the first found among equals),
+// and there is none when every closed set is every peer.
+func TestPersistent(t *testing.T) {
+	peersOf := func(trs []Transition) []int {
+		var ps []int
+		for _, tr := range trs {
+			ps = append(ps, tr.Peer)
+		}
+		return ps
+	}
+	w := lamportWorld(t, 3)
+	trs := w.Transitions()
+	assert.Equal(t, len(trs), w.persistent(trs), "every closed set is every peer")
+	assert.Len(t, trs, 3)
+
+	// {0, 2} has four steps (a delivery at 0; two and a request at 2),
+	// {1, 2} as many, and {2} alone three.
+	w = lamportWorld(t, 3, "r0", "r1")
+	trs = w.Transitions()
+	k := w.persistent(trs)
+	assert.Equal(t, []int{2, 2, 2}, peersOf(trs[:k]))
+
+	w = lamportWorld(t, 3, "r0", "r1", "r2")
+	trs = w.Transitions()
+	k = w.persistent(trs)
+	assert.Equal(t, 2, k, "peer 0's two deliveries")
+	assert.Equal(t, []int{0, 0}, peersOf(trs[:k]), "the first of three equal sets")
+	assert.NotContains(t, peersOf(trs[k:]), 0)
+	assert.Len(t, trs, 6, "the others stay, after the set")
+
+	// Over a bag, a message sent later may be delivered first: no set.
+	u, err := NewWorld(Lamport, 3, WithRequests(1), WithDelivery(DeliverReorder), WithUnsafeDelivery())
+	require.NoError(t, err)
+	for p := range 3 {
+		_, err := u.Apply(Transition{Kind: TransRequest, Peer: p})
+		require.NoError(t, err)
+	}
+	trs = u.Transitions()
+	assert.Equal(t, len(trs), u.persistent(trs))
+
+	// {0, 1} has three steps, {1} and {2} two each: {1}, a subset of the
+	// set found first, goes first.
+	w = lamportWorld(t, 3, "r0", "r1", "r2", firstDelivery(t, 3, 1, 0, "r0", "r1", "r2"))
+	trs = w.Transitions()
+	k = w.persistent(trs)
+	assert.Equal(t, []int{1, 1}, peersOf(trs[:k]))
+	assert.NotContains(t, peersOf(trs[k:]), 1)
+}
