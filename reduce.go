@@ -36,7 +36,6 @@ func (w *World) persistent(trs []Transition) int {
 	if w.queues == nil {
 		return len(trs) // a bag: a message sent later may come first
 	}
-	all := uint64(1)<<uint(w.n) - 1
 	var enabled [64]int // steps per peer
 	for _, t := range trs {
 		switch t.Kind {
@@ -49,16 +48,13 @@ func (w *World) persistent(trs []Transition) int {
 	best, bestSteps := uint64(0), len(trs)
 	for p := range w.n {
 		set := w.closedSet(p)
-		if set == all {
-			continue
-		}
 		steps := 0
 		for q := range w.n {
 			if set&(1<<uint(q)) != 0 {
 				steps += enabled[q]
 			}
 		}
-		if steps < bestSteps {
+		if steps < bestSteps { // never for the set of every peer: it has every step
 			best, bestSteps = set, steps
 		}
 	}
