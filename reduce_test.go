@@ -183,11 +183,17 @@ func TestPartialOrderBadConfig(t *testing.T) {
 		{Algorithm: Centralized, PartialOrder: true, SafetyOnly: true, Faults: CheckFaults{Crash: true, CrashPeer: AnyPeer}},
 		{Algorithm: Centralized, PartialOrder: true, SafetyOnly: true, Detector: Detector{Kind: DetectorPerfect}},
 		{Algorithm: Centralized, PartialOrder: true, SafetyOnly: true, Fenced: true},
+		{Algorithm: Centralized, PartialOrder: true, SafetyOnly: true, N: 65},
 	} {
 		_, err := Check(t.Context(), cfg)
 		require.ErrorIs(t, err, ErrInvalidConfig, "%+v", cfg)
 		require.ErrorContains(t, err, "PartialOrder")
 	}
+	// 64 peers are the most: a set of peers is one uint64.
+	res, err := Check(t.Context(), CheckConfig{Algorithm: Centralized, N: 64, PartialOrder: true, SafetyOnly: true, MaxStates: 100})
+	require.NoError(t, err)
+	assert.False(t, res.Complete)
+	assert.True(t, res.PartialOrder)
 }
 
 // lamportWorld returns a Lamport world of n peers, one request each,
