@@ -174,6 +174,12 @@ func TestStampGapOfTheRunLeft(t *testing.T) {
 	w, err = newWorld(cfg, nil)
 	require.NoError(t, err)
 	assert.Equal(t, ^uint64(0), w.stampGap(), "with requests without end")
+	cfg, err = newConfig(Lamport, 3, forWorld, []Option{WithRequests(1), WithTries(Unlimited), WithoutTrace()})
+	require.NoError(t, err)
+	cfg.stampGaps = true
+	w, err = newWorld(cfg, nil)
+	require.NoError(t, err)
+	assert.Equal(t, ^uint64(0), w.stampGap(), "with tries without end")
 }
 
 func TestPartialOrderBadConfig(t *testing.T) {
