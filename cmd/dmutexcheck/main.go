@@ -353,6 +353,12 @@ func writeText(w io.Writer, r dmutex.CheckResult, mermaid bool) {
 	if r.Detector != "" {
 		fmt.Fprintf(w, " detector=%q", r.Detector)
 	}
+	if r.PartialOrder {
+		fmt.Fprint(w, " reduced=partial-order")
+	}
+	if r.StampGaps {
+		fmt.Fprint(w, " stamp-gaps")
+	}
 	fmt.Fprintln(w)
 	rate := 0.0
 	if r.Seconds > 0 {

@@ -263,7 +263,11 @@ func TestReductionFlags(t *testing.T) {
 	assert.Equal(t, true, m["stampGaps"])
 	assert.Less(t, reduced, full)
 
-	code, stdout, stderr := runCmd(t, "-alg", "lamport", "-por", "-net", "unordered")
+	code, stdout, stderr := runCmd(t, "-alg", "lamport", "-n", "2", "-por", "-stamp-gaps")
+	require.Equal(t, 0, code, stderr)
+	assert.Contains(t, stdout, "network=fifo reduced=partial-order stamp-gaps\n", "the text says the count is of a reduced search")
+
+	code, stdout, stderr = runCmd(t, "-alg", "lamport", "-por", "-net", "unordered")
 	assert.Equal(t, 2, code)
 	assert.Empty(t, stdout)
 	assert.Contains(t, stderr, "PartialOrder with network unordered")
