@@ -189,6 +189,33 @@ func TestMaekawaSteps(t *testing.T) {
 			},
 		},
 		{
+			// A refused try sends RELEASE also to the voters that said
+			// busy; its timestamp may equal the grantee's.
+			name: "voter: a RELEASE from another peer with the grantee's timestamp is ignored",
+			sets: all3, id: 0,
+			steps: []mkStep{
+				{ev: recv(KindRequest, 1, 0, 5), want: []Message{msg(KindLocked, 0, 1, 5)}},
+				{ev: recv(KindTry, 2, 0, 5), want: []Message{msg(KindBusy, 0, 2, 5)}},
+				{ev: recv(KindRelease, 2, 0, 5)},
+				{ev: recv(KindRequest, 2, 0, 6), want: []Message{msg(KindFailed, 0, 2, 6)}}, // the vote is still with 1
+			},
+		},
+		{
+			// No correct voter sends these, and the transport contract
+			// rules out duplicates; the try must still count each
+			// voter's first answer only.
+			name: "a try counts one answer per voter, and no INQUIRE or FAILED",
+			sets: all3, id: 0,
+			steps: []mkStep{
+				{ev: event{kind: evTry}, want: []Message{msg(KindTry, 0, 1, 1), msg(KindTry, 0, 2, 1)}},
+				{ev: recv(KindBusy, 1, 0, 1)},
+				{ev: recv(KindLocked, 1, 0, 1)}, // a second answer from 1: still busy
+				{ev: recv(KindInquire, 2, 0, 1)},
+				{ev: recv(KindFailed, 2, 0, 1)},
+				{ev: recv(KindLocked, 2, 0, 1), want: []Message{msg(KindRelease, 0, 1, 1), msg(KindRelease, 0, 2, 1)}},
+			},
+		},
+		{
 			name: "voter: stale RELINQUISH and RELEASE are ignored",
 			sets: all3, id: 0,
 			steps: []mkStep{
@@ -267,4 +294,54 @@ func TestMaekawaCloneIsDeep(t *testing.T) {
 	c.step(recv(KindRequest, 1, 0, 0), &out)
 	assert.Equal(t, before, m.appendState(nil), "stepping the clone must not change the original")
 	assert.NotEqual(t, before, c.appendState(nil))
+}
+
+// TestMaekawaDescribeFollowsState checks the state the explorer shows
+// through a request, a try that enters and a try that is refused: each
+// ends idle with no request, a try that got every vote is held, and an
+// INQUIRE kept while waiting is forgotten on entry.
+func TestMaekawaDescribeFollowsState(t *testing.T) {
+	m := newMK(t, 0, [][]int{{0, 1}, {0, 1}})
+	var out output
+	step := func(ev event) {
+		t.Helper()
+		out.reset()
+		m.step(ev, &out)
+	}
+	shows := func(state, request string) {
+		t.Helper()
+		assert.Contains(t, m.describe(), Field{"state", state})
+		assert.Contains(t, m.describe(), Field{"request", request})
+	}
+	step(request())
+	shows("wanting", "ts=1")
+	step(recv(KindInquire, 1, 0, 1)) // overtook its LOCKED: kept
+	assert.Contains(t, m.describe(), Field{"votes", "[P0:locked P1:-(inquired)]"})
+	step(recv(KindLocked, 1, 0, 1))
+	require.True(t, out.entered)
+	shows("held", "ts=1")
+	assert.Contains(t, m.describe(), Field{"votes", "[P0:locked P1:locked]"}, "inside, the RELEASE answers the INQUIRE")
+	step(release())
+	shows("idle", "none")
+
+	step(event{kind: evTry})
+	shows("trying", "ts=2")
+	step(recv(KindLocked, 1, 0, 2))
+	require.True(t, out.entered)
+	shows("held", "ts=2")
+	step(release())
+	shows("idle", "none")
+
+	step(event{kind: evTry})
+	step(recv(KindBusy, 1, 0, 3))
+	require.True(t, out.refused)
+	shows("idle", "none")
+}
+
+// TestMaekawaNeeds checks that a request needs the other members of the
+// voting set, and only them (WithUnreachableAfter).
+func TestMaekawaNeeds(t *testing.T) {
+	sets := [][]int{{0, 1, 2}, {0, 1, 3}, {0, 2, 3}, {1, 2, 3}}
+	assert.Equal(t, []int{0, 3}, newMK(t, 1, sets).needs(nil))
+	assert.Empty(t, newMK(t, 0, [][]int{{0}}).needs(nil), "a lone peer needs nobody")
 }
