@@ -193,6 +193,9 @@ func TestNewPeerBadInput(t *testing.T) {
 	_, err := NewPeer(RicartAgrawala, 3, 3, nw.Endpoint(0))
 	require.ErrorIs(t, err, ErrInvalidConfig)
 	assert.Contains(t, err.Error(), "peer id 3")
+	_, err = NewPeer(RicartAgrawala, -1, 3, nw.Endpoint(0))
+	require.ErrorIs(t, err, ErrInvalidConfig)
+	assert.Contains(t, err.Error(), "peer id -1")
 	_, err = NewPeer(RicartAgrawala, 0, 3, nil)
 	require.ErrorIs(t, err, ErrInvalidConfig)
 }

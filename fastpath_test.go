@@ -243,3 +243,24 @@ func TestFastPathCoordinatorUnderContention(t *testing.T) {
 	}
 	assert.Equal(t, uint64(len(fences)), c.Stats().Entries)
 }
+
+// TestFastPathServesLockContext checks that LockContext, like Lock,
+// re-enters through the armed fast path, without the machine.
+func TestFastPathServesLockContext(t *testing.T) {
+	m := newScripted()
+	p, _ := scriptedPeer(t, m)
+	const entries = 100
+	for range entries {
+		require.NoError(t, p.LockContext(context.Background()))
+		p.Unlock()
+	}
+	assert.Equal(t, uint64(entries), p.Stats().Entries)
+	requests := 0
+	for _, e := range m.events() {
+		if e == evRequest {
+			requests++
+		}
+	}
+	assert.Equal(t, 2, requests, "armed after two rounds: the machine sees one long hold")
+	assert.NotZero(t, p.fast.word.Load()&fastArmed)
+}

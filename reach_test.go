@@ -3,7 +3,9 @@ package dmutex
 import (
 	"context"
 	"errors"
+	"runtime"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -183,3 +185,54 @@ type plainTransport struct{ e *ChanEndpoint }
 func (p plainTransport) Send(to int, m Message) error { return p.e.Send(to, m) }
 func (p plainTransport) Recv() <-chan Message         { return p.e.Recv() }
 func (p plainTransport) Close() error                 { return p.e.Close() }
+
+// TestUnreachableUnneededKeepsWaiting suspects, while peer 1 of a
+// centralized cluster waits in LockContext behind the coordinator's hold,
+// a peer that peer 1's request does not need. The wait must go on, parked
+// again on the next change rather than spinning on the one that woke it,
+// and end with the critical section once the coordinator leaves.
+func TestUnreachableUnneededKeepsWaiting(t *testing.T) {
+	c := reachCluster(t, variant{alg: Centralized})
+	lockWithin(t, c.Peer(0), time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	res := make(chan error, 1)
+	go func() { res <- c.Peer(1).LockContext(ctx) }()
+	waitParked(t, "(*Peer).wait(", "select", "before the suspicion")
+	require.NoError(t, c.Network().Crash(3))
+	deadline := time.Now().Add(time.Minute)
+	for !slices.Equal(c.Peer(1).(*Peer).Suspected(), []int{3}) {
+		require.True(t, time.Now().Before(deadline), "peer 1 never suspected peer 3: %v", c.Peer(1).(*Peer).Suspected())
+		time.Sleep(time.Millisecond)
+	}
+	// The suspicion has closed the channel the waiter selects on.
+	waitParked(t, "(*Peer).wait(", "select", "after the suspicion")
+	select {
+	case err := <-res:
+		t.Fatalf("LockContext returned %v while the coordinator holds the lock", err)
+	default:
+	}
+	c.Peer(0).Unlock()
+	require.NoError(t, <-res)
+	c.Peer(1).Unlock()
+}
+
+// waitParked waits, with a generous deadline, until a goroutine whose
+// stack contains frame is blocked in state (as runtime.Stack shows it, for
+// example "select" or "chan receive").
+func waitParked(t *testing.T, frame, state, when string) {
+	t.Helper()
+	buf := make([]byte, 1<<20)
+	deadline := time.Now().Add(time.Minute)
+	for {
+		n := runtime.Stack(buf, true)
+		for _, g := range strings.Split(string(buf[:n]), "\n\n") {
+			header, _, _ := strings.Cut(g, "\n")
+			if strings.Contains(g, frame) && (strings.Contains(header, "["+state+"]") || strings.Contains(header, "["+state+",")) {
+				return
+			}
+		}
+		require.True(t, time.Now().Before(deadline), "%s: no goroutine in %s blocked in %s:\n%s", when, frame, state, buf[:n])
+		time.Sleep(time.Millisecond)
+	}
+}
