@@ -236,3 +236,34 @@ func waitParked(t *testing.T, frame, state, when string) {
 		time.Sleep(time.Millisecond)
 	}
 }
+
+// TestUnreachableLockAfterSuspicion calls Lock while a peer it needs is
+// suspected already: unlike LockContext, which returns at once, Lock keeps
+// waiting, until Close wakes it with ErrClosed.
+func TestUnreachableLockAfterSuspicion(t *testing.T) {
+	c, err := New(RicartAgrawala, 3, WithUnreachableAfter(unreachableAfter))
+	require.NoError(t, err)
+	p := c.Peer(0).(*Peer)
+	require.NoError(t, c.Network().Crash(2))
+	deadline := time.Now().Add(time.Minute)
+	for !slices.Equal(p.Suspected(), []int{2}) {
+		require.True(t, time.Now().Before(deadline), "peer 0 never suspected peer 2: %v", p.Suspected())
+		time.Sleep(time.Millisecond)
+	}
+	panicked := make(chan any, 1)
+	go func() {
+		defer func() { panicked <- recover() }()
+		p.Lock()
+		p.Unlock()
+	}()
+	waitParked(t, "(*Peer).wait(", "chan receive", "Lock")
+	select {
+	case v := <-panicked:
+		t.Fatalf("Lock returned (%v) while the peer it needs is down", v)
+	default:
+	}
+	require.NoError(t, c.Close())
+	v := <-panicked
+	err, _ = v.(error)
+	require.ErrorIs(t, err, ErrClosed)
+}
