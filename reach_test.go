@@ -267,3 +267,25 @@ func TestUnreachableLockAfterSuspicion(t *testing.T) {
 	err, _ = v.(error)
 	require.ErrorIs(t, err, ErrClosed)
 }
+
+// TestUnreachableIdleHolderEntersAlone suspects a peer while peer 0 of a
+// Suzuki-Kasami cluster holds the idle token: its LockContext and
+// TryLockContext enter without asking anyone, but a second caller of
+// peer 0, which would wait behind the first, gets the error at once.
+func TestUnreachableIdleHolderEntersAlone(t *testing.T) {
+	c := reachCluster(t, variant{alg: SuzukiKasami})
+	p := c.Peer(0).(*Peer)
+	require.NoError(t, c.Network().Crash(3))
+	deadline := time.Now().Add(time.Minute)
+	for !slices.Equal(p.Suspected(), []int{3}) {
+		require.True(t, time.Now().Before(deadline), "peer 0 never suspected peer 3: %v", p.Suspected())
+		time.Sleep(time.Millisecond)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	require.NoError(t, p.LockContext(ctx), "the idle token holder needs nobody")
+	requireUnreachable(t, p.LockContext(ctx), 3)
+	p.Unlock()
+	require.NoError(t, p.TryLockContext(ctx), "the idle token holder needs nobody")
+	p.Unlock()
+}
