@@ -274,3 +274,25 @@ func BenchmarkObserver(b *testing.B) {
 		}
 	}
 }
+
+// TestObserverSeesFastTryLock checks that a TryLock that the armed fast
+// path decides, without the machine, is observed as every other entry is.
+func TestObserverSeesFastTryLock(t *testing.T) {
+	rec := newRecorder()
+	c, err := New(SuzukiKasami, 2, WithObserver(rec))
+	require.NoError(t, err)
+	defer func() { require.NoError(t, c.Close()) }()
+	p := c.Peer(0).(*Peer) // holds the idle token
+	const rounds = 5
+	for range rounds {
+		p.Lock()
+		p.Unlock()
+	}
+	require.NotZero(t, p.fast.word.Load()&fastArmed, "the idle token holder re-enters by the fast path")
+	require.True(t, p.TryLock())
+	p.Unlock()
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	assert.Len(t, rec.acquired[0], rounds+1, "Acquired calls")
+	assert.Len(t, rec.released[0], rounds+1, "Released calls")
+}
