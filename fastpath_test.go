@@ -180,6 +180,17 @@ func TestFastPathDisarms(t *testing.T) {
 		assert.Equal(t, []eventKind{evRequest, evRelease, evRequest, evRelease, evRequest, evRelease}, m.events(),
 			"the second caller's entry is an ordinary round")
 	})
+	t.Run("try that lost the race to a fast entry", func(t *testing.T) {
+		_, p, _ := arm(t)
+		p.Lock() // fast entry 4
+		// A TryLockContext whose lock-free check ran just before that
+		// entry reaches the peer's mutex only now: it must see the hold.
+		w, _, err := p.try()
+		assert.Nil(t, w)
+		require.ErrorIs(t, err, ErrLocked)
+		p.Unlock()
+		assert.Equal(t, uint64(4), p.Stats().Entries)
+	})
 	t.Run("close while inside", func(t *testing.T) {
 		_, p, _ := arm(t)
 		p.Lock()
