@@ -278,3 +278,21 @@ func TestStatsString(t *testing.T) {
 	assert.Equal(t, "entries=2 messages=5 (grant=2 request=3)", s.String())
 	assert.Equal(t, "entries=0 messages=0", Stats{}.String())
 }
+
+// TestLockAllocs checks that Lock calls that wait for messages allocate
+// nothing once warm: in a Ricart-Agrawala pair each entry waits for the
+// other peer's reply, and its waiter comes back from a pool.
+func TestLockAllocs(t *testing.T) {
+	c := variant{alg: RicartAgrawala}.cluster(t, 2)
+	p0, p1 := c.Peer(0), c.Peer(1)
+	round := func() {
+		p1.Lock()
+		p1.Unlock()
+		p0.Lock()
+		p0.Unlock()
+	}
+	for range 10 {
+		round()
+	}
+	assert.Zero(t, testing.AllocsPerRun(500, round))
+}

@@ -275,3 +275,17 @@ func TestFastPathServesLockContext(t *testing.T) {
 	assert.Equal(t, 2, requests, "armed after two rounds: the machine sees one long hold")
 	assert.NotZero(t, p.fast.word.Load()&fastArmed)
 }
+
+// TestFastPathArmsOnTryLock checks that an idle token holder that
+// re-enters by TryLock alone arms the fast path, as one that re-enters by
+// Lock does.
+func TestFastPathArmsOnTryLock(t *testing.T) {
+	c := variant{alg: SuzukiKasami}.cluster(t, 2)
+	p := c.Peer(0).(*Peer) // holds the idle token
+	for range 3 {
+		require.True(t, p.TryLock())
+		p.Unlock()
+	}
+	assert.NotZero(t, p.fast.word.Load()&fastArmed)
+	assert.Equal(t, uint64(3), p.Stats().Entries)
+}

@@ -102,6 +102,7 @@ func TestUnreachableBeforeRequest(t *testing.T) {
 			assert.Equal(t, []int{cut}, p.(*Peer).Suspected())
 			before := c.Stats()
 			requireUnreachable(t, p.LockContext(ctx), cut)
+			requireUnreachable(t, p.TryLockContext(ctx), cut)
 			assert.Equal(t, before, c.Stats(), "nothing sent while the peer is unreachable")
 			c.Network().Heal()
 			for len(p.(*Peer).Suspected()) > 0 {
