@@ -367,3 +367,46 @@ func BenchmarkTryLock(b *testing.B) {
 		}
 	}
 }
+
+// TestTryRefusedAfterAQueuedCallerGaveUp has a Lock caller queue behind an
+// outstanding try of the same peer and give up before the try's answer:
+// the refusal must still reach the try's caller, as ErrLocked, and the
+// peer must not ask again for it. The test plays the coordinator of a
+// centralized pair.
+func TestTryRefusedAfterAQueuedCallerGaveUp(t *testing.T) {
+	nw := NewChanNetwork(2)
+	m, err := newCentralized(1, 2, &config{})
+	require.NoError(t, err)
+	p := startPeer(Centralized, 1, 2, m, nw.Endpoint(1), &config{})
+	coord := nw.Endpoint(0)
+	t.Cleanup(func() {
+		require.NoError(t, p.Close())
+		require.NoError(t, coord.Close())
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	tried := make(chan error, 1)
+	go func() { tried <- p.TryLockContext(ctx) }()
+	require.Equal(t, KindTry, (<-coord.Recv()).Kind)
+
+	queued, giveUp := context.WithCancel(ctx)
+	gaveUp := make(chan error, 1)
+	go func() { gaveUp <- p.LockContext(queued) }()
+	require.Eventually(t, func() bool {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		return len(p.waiters) == 2
+	}, time.Minute, time.Millisecond, "the Lock caller never queued behind the try")
+	giveUp()
+	require.ErrorIs(t, <-gaveUp, context.Canceled)
+
+	require.NoError(t, coord.Send(1, Message{Kind: KindBusy, From: 0, To: 1}))
+	select {
+	case err := <-tried:
+		require.ErrorIs(t, err, ErrLocked)
+	case msg := <-coord.Recv():
+		t.Fatalf("the peer asked again (%v) instead of refusing the try", msg)
+	case <-ctx.Done():
+		t.Fatal("the try's caller was never answered")
+	}
+}
