@@ -296,3 +296,27 @@ func TestLockAllocs(t *testing.T) {
 	}
 	assert.Zero(t, testing.AllocsPerRun(500, round))
 }
+
+// TestAbandonAfterGrantAndClose plays the race that abandon documents: a
+// waiter whose context ended was given the critical section, and the peer
+// was closed, before abandon took the peer's mutex. The caller must get
+// its context's error, not a hold on a closed peer, and the entry must not
+// count.
+func TestAbandonAfterGrantAndClose(t *testing.T) {
+	p, _ := scriptedPeer(t, newScripted()) // its machine enters on every request
+	w := waiterPool.Get().(*waiter)
+	p.mu.Lock()
+	p.waiters = append(p.waiters, w)
+	p.requested = true
+	entered := p.stepLocked(event{kind: evRequest})
+	require.True(t, entered)
+	p.admitLocked() // gives the critical section to w and signals it
+	p.mu.Unlock()
+	require.NoError(t, p.Close())
+	require.ErrorIs(t, p.abandon(w, context.Canceled), context.Canceled)
+	p.mu.Lock()
+	assert.False(t, p.held, "the hold is dropped")
+	assert.Zero(t, p.holdFence)
+	p.mu.Unlock()
+	assert.Zero(t, p.Stats().Entries, "no call returned nil")
+}
