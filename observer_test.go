@@ -296,3 +296,22 @@ func TestObserverSeesFastTryLock(t *testing.T) {
 	assert.Len(t, rec.acquired[0], rounds+1, "Acquired calls")
 	assert.Len(t, rec.released[0], rounds+1, "Released calls")
 }
+
+// TestUnlockAfterCloseSendsNothing closes a centralized peer while one of
+// its callers holds the lock: that caller's Unlock only clears the hold,
+// and no RELEASE goes to the closed transport.
+func TestUnlockAfterCloseSendsNothing(t *testing.T) {
+	rec := newRecorder()
+	c, err := New(Centralized, 2, WithObserver(rec))
+	require.NoError(t, err)
+	defer func() { require.NoError(t, c.Close()) }()
+	p := c.Peer(1)
+	p.Lock()
+	require.NoError(t, p.(*Peer).Close())
+	p.Unlock()
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	assert.Empty(t, rec.sendErrs, "nothing handed to the closed transport")
+	assert.Equal(t, uint64(1), rec.sent[KindRequest])
+	assert.Zero(t, rec.sent[KindRelease])
+}
