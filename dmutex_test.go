@@ -2,6 +2,7 @@ package dmutex
 
 import (
 	"context"
+	"errors"
 	"strconv"
 	"sync"
 	"testing"
@@ -319,4 +320,25 @@ func TestAbandonAfterGrantAndClose(t *testing.T) {
 	assert.Zero(t, p.holdFence)
 	p.mu.Unlock()
 	assert.Zero(t, p.Stats().Entries, "no call returned nil")
+}
+
+// closeFails is a transport whose Close reports an error after closing.
+type closeFails struct{ *ChanEndpoint }
+
+var errCloseFails = errors.New("close failed")
+
+func (c closeFails) Close() error {
+	_ = c.ChanEndpoint.Close()
+	return errCloseFails
+}
+
+// TestCloseReturnsTransportError checks that the first Close returns the
+// transport's error, and a second Close nil.
+func TestCloseReturnsTransportError(t *testing.T) {
+	nw := NewChanNetwork(2)
+	p, err := NewPeer(Centralized, 1, 2, closeFails{nw.Endpoint(1)})
+	require.NoError(t, err)
+	require.ErrorIs(t, p.Close(), errCloseFails)
+	require.NoError(t, p.Close())
+	require.NoError(t, nw.Endpoint(0).Close())
 }
