@@ -168,12 +168,23 @@ func TestRicartCloneAndState(t *testing.T) {
 		"granted":  func(r *ricart) { r.granted[1] = true },
 		"deferred": func(r *ricart) { r.deferred[1] = 7 },
 		"seen":     func(r *ricart) { r.seen[1] = 7 },
+		"trying":   func(r *ricart) { r.trying = true },
 	}
 	for name, change := range changes {
 		d := base()
 		change(d)
 		assert.NotEqual(t, base().appendState(nil), d.appendState(nil), name)
 	}
+	// With WithRecovery, whom the detector suspects: it excuses their
+	// replies.
+	recovering := func() *ricart {
+		m, err := newRicart(0, 3, &config{recovery: true})
+		require.NoError(t, err)
+		return m.(*ricart)
+	}
+	d := recovering()
+	d.suspected[1] = true
+	assert.NotEqual(t, recovering().appendState(nil), d.appendState(nil), "suspected")
 }
 
 // TestRicartDescribeHeld checks that a peer inside shows as held, not as
@@ -185,4 +196,54 @@ func TestRicartDescribeHeld(t *testing.T) {
 	_, entered := raStep(r, raMsg(KindReply, 1, 0, 1, 1))
 	require.True(t, entered)
 	assert.Contains(t, r.describe(), Field{"state", "held"})
+}
+
+// TestRicartTryStep pins the try path at one peer: only the busy that
+// answers the try outstanding refuses it, and a try is answered
+// explicitly, even by a peer whose own request would otherwise be its
+// implicit reply.
+func TestRicartTryStep(t *testing.T) {
+	t.Run("a busy for an earlier try does not refuse a later one", func(t *testing.T) {
+		r := newRicartMachine(t, 0, 3)
+		raStep(r, event{kind: evTry})
+		first := r.ts
+		var out output
+		r.step(raMsg(KindBusy, 1, 0, 2, first), &out)
+		require.True(t, out.refused)
+		raStep(r, event{kind: evTry})
+		// Peer 2's busy for the first try, sent before the second reached it.
+		out = output{}
+		r.step(raMsg(KindBusy, 2, 0, 2, first), &out)
+		assert.False(t, out.refused, "a stale busy")
+		raStep(r, raMsg(KindReply, 1, 0, 4, r.ts))
+		_, entered := raStep(r, raMsg(KindReply, 2, 0, 4, r.ts))
+		assert.True(t, entered, "the second try has both its replies")
+	})
+	t.Run("a try is answered explicitly with implicit replies", func(t *testing.T) {
+		r := newRicartMachine(t, 1, 2, WithImplicitReplies())
+		raStep(r, event{kind: evRequest}) // ts 1
+		msgs, _ := raStep(r, raMsg(KindTry, 0, 1, 1, 0))
+		assert.Equal(t, []Message{{Kind: KindReply, From: 1, To: 0, TS: 1, Ref: 1}}, msgs,
+			"peer 0's try goes first, and our request is no permission for a try")
+	})
+}
+
+// TestRicartIdleViolation pins what a peer at rest must not keep: a
+// request, waiting or inside, or a deferred reply.
+func TestRicartIdleViolation(t *testing.T) {
+	r := newRicartMachine(t, 0, 2)
+	assert.Empty(t, r.idleViolation())
+	raStep(r, event{kind: evRequest})
+	assert.Equal(t, "keeps state 1 (trying false)", r.idleViolation(), "waiting")
+	raStep(r, raMsg(KindReply, 1, 0, 2, r.ts))
+	assert.Equal(t, "keeps state 2 (trying false)", r.idleViolation(), "inside")
+	raStep(r, raMsg(KindRequest, 1, 0, 3, 0))
+	raStep(r, event{kind: evRelease})
+	assert.Empty(t, r.idleViolation(), "left, the deferred reply sent")
+
+	r = newRicartMachine(t, 0, 2)
+	raStep(r, event{kind: evTry})
+	assert.Equal(t, "keeps state 1 (trying true)", r.idleViolation(), "trying")
+	r.deferred[1], r.state, r.trying = 4, raReleased, false
+	assert.Equal(t, "keeps deferred replies [0 4]", r.idleViolation())
 }
