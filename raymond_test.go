@@ -334,4 +334,56 @@ func TestRaymondStateTellsHolder(t *testing.T) {
 	asked := newRaymondMachine(t, 1, 3)
 	asked.asked = true
 	assert.NotEqual(t, away.appendState(nil), asked.appendState(nil), "asked")
+	// And whether a try passes here, and from whom: its answer goes back there.
+	passing := newRaymondMachine(t, 1, 3)
+	passing.tryFrom = 0
+	assert.NotEqual(t, away.appendState(nil), passing.appendState(nil), "tryFrom")
+}
+
+// TestRaymondIgnoresStrayBusy checks that a busy while no try passes
+// here changes nothing and sends nothing: only a try this node forwarded
+// has an answer to pass back.
+func TestRaymondIgnoresStrayBusy(t *testing.T) {
+	r := newRaymondMachine(t, 1, 3)
+	var out output
+	r.step(event{kind: evMessage, msg: Message{Kind: KindBusy, From: 0, To: 1}}, &out)
+	assert.Empty(t, out.msgs)
+	assert.False(t, out.refused)
+	assert.Equal(t, -1, r.tryFrom)
+}
+
+// TestRaymondIdleViolation pins what a node at rest must not keep: a use
+// of the privilege, a request asked or queued, or a try passing through.
+func TestRaymondIdleViolation(t *testing.T) {
+	var out output
+	r := newRaymondMachine(t, 1, 3)
+	assert.Empty(t, r.idleViolation())
+	r.step(event{kind: evRequest}, &out)
+	assert.Equal(t, "keeps using false, asked true, queue [1]", r.idleViolation(), "waiting")
+
+	root := newRaymondMachine(t, 0, 3)
+	root.step(event{kind: evRequest}, &out)
+	assert.Equal(t, "keeps using true, asked false, queue []", root.idleViolation(), "inside")
+	root.step(event{kind: evMessage, msg: Message{Kind: KindRequest, From: 2}}, &out)
+	assert.Equal(t, "keeps using true, asked false, queue [2]", root.idleViolation(), "inside, a request queued")
+
+	r = newRaymondMachine(t, 1, 3)
+	out = output{}
+	r.step(event{kind: evTry}, &out)
+	require.Len(t, out.msgs, 1)
+	assert.Equal(t, "keeps a try from P1", r.idleViolation(), "trying")
+
+	// A request from child 3 waits behind the try, not asked yet.
+	r = newRaymondMachine(t, 1, 4)
+	r.step(event{kind: evTry}, &out)
+	r.step(event{kind: evMessage, msg: Message{Kind: KindRequest, From: 3}}, &out)
+	assert.Equal(t, "keeps using false, asked false, queue [3]", r.idleViolation(), "a request behind a try")
+
+	// Peer 0's try passing down through peer 1, towards the privilege at 3.
+	r = newRaymondMachine(t, 1, 4)
+	r.holder = 3
+	out = output{}
+	r.step(event{kind: evMessage, msg: Message{Kind: KindTry, From: 0, To: 1}}, &out)
+	require.Equal(t, []Message{{Kind: KindTry, From: 1, To: 3}}, out.msgs)
+	assert.Equal(t, "keeps a try from P0", r.idleViolation(), "a try from peer 0 passing")
 }
