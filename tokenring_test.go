@@ -382,6 +382,12 @@ func TestTokenRingStateShowsEveryField(t *testing.T) {
 		change(r)
 		assert.NotEqual(t, newRingMachine(t, 1, 3).appendState(nil), r.appendState(nil), "away: %s", name)
 	}
+	// A try waiting for the token or a busy is not a request: a busy
+	// refuses only the try.
+	requesting, trying := newRingMachine(t, 1, 3), newRingMachine(t, 1, 3)
+	requesting.wanting = true
+	trying.wanting, trying.trying = true, true
+	assert.NotEqual(t, requesting.appendState(nil), trying.appendState(nil), "away: trying")
 	holding := map[string]func(r *tokenRing){
 		"inside": func(r *tokenRing) { r.inside = true },
 		"hop":    func(r *tokenRing) { r.hop = 3 },
@@ -391,4 +397,48 @@ func TestTokenRingStateShowsEveryField(t *testing.T) {
 		change(r)
 		assert.NotEqual(t, newRingMachine(t, 0, 3).appendState(nil), r.appendState(nil), "holding: %s", name)
 	}
+}
+
+// TestTokenRingTryStep pins two details of the try path: only the busy
+// that names the hop our try asked about refuses it (an answer to an
+// earlier try, overtaken by the token's lap, is stale), and a holder
+// that hands its resting token to a trier expects it back a lap later,
+// so a wake for the visit that just ended does not mark it woken.
+func TestTokenRingTryStep(t *testing.T) {
+	t.Run("a stale busy", func(t *testing.T) {
+		r := newRingMachine(t, 1, 3)
+		r.next, r.rest = 4, 3 // the token may rest at peer 0, hop 3
+		var out output
+		r.step(event{kind: evTry}, &out)
+		require.Equal(t, []Message{{Kind: KindTry, From: 1, To: 0, TS: 3}}, out.msgs)
+		out = output{}
+		r.step(event{kind: evMessage, msg: Message{Kind: KindBusy, From: 2, To: 1, TS: 2}}, &out)
+		assert.False(t, out.refused, "a busy for hop 2")
+		assert.True(t, r.trying)
+		r.step(event{kind: evMessage, msg: Message{Kind: KindBusy, From: 0, To: 1, TS: 3}}, &out)
+		assert.True(t, out.refused, "the busy for hop 3")
+	})
+	t.Run("a wake for the visit handed to a trier", func(t *testing.T) {
+		r := newRingMachine(t, 0, 3) // the token rests here at hop 0
+		var out output
+		r.step(event{kind: evMessage, msg: Message{Kind: KindTry, From: 2, To: 0, TS: 0}}, &out)
+		require.Equal(t, []Message{{Kind: KindToken, From: 0, To: 2, TS: 2}}, out.msgs)
+		assert.Equal(t, uint64(3), r.next, "back after the trier's release")
+		r.step(ringWake(1, 0, 0), &out)
+		assert.False(t, r.woken, "the wake is for the visit at hop 0, which is over")
+	})
+}
+
+// TestTokenRingIdleViolation pins what a peer at rest must not keep: a
+// request or try waiting, or a use of the token.
+func TestTokenRingIdleViolation(t *testing.T) {
+	var out output
+	r := newRingMachine(t, 1, 3)
+	assert.Empty(t, r.idleViolation())
+	r.step(event{kind: evRequest}, &out)
+	assert.Equal(t, "keeps a request", r.idleViolation(), "waiting")
+	h := newRingMachine(t, 0, 3)
+	h.step(event{kind: evRequest}, &out)
+	require.True(t, h.inside)
+	assert.Equal(t, "keeps a request", h.idleViolation(), "inside")
 }
