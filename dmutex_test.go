@@ -342,3 +342,42 @@ func TestCloseReturnsTransportError(t *testing.T) {
 	require.NoError(t, p.Close())
 	require.NoError(t, nw.Endpoint(0).Close())
 }
+
+// lateCloser is a transport whose Close returns before it closes its
+// receive channel, as a network transport may while its reader drains.
+type lateCloser struct {
+	in      chan Message
+	called  chan struct{}
+	release chan struct{}
+}
+
+func (l *lateCloser) Send(int, Message) error { return nil }
+func (l *lateCloser) Recv() <-chan Message    { return l.in }
+func (l *lateCloser) Close() error {
+	close(l.called)
+	go func() {
+		<-l.release
+		close(l.in)
+	}()
+	return nil
+}
+
+// TestCloseWaitsForTheReceiveGoroutine checks that Close returns only
+// after the peer's receive goroutine has exited, even when the transport's
+// Close returns first.
+func TestCloseWaitsForTheReceiveGoroutine(t *testing.T) {
+	tr := &lateCloser{in: make(chan Message), called: make(chan struct{}), release: make(chan struct{})}
+	p, err := NewPeer(Centralized, 1, 2, tr)
+	require.NoError(t, err)
+	closed := make(chan error, 1)
+	go func() { closed <- p.Close() }()
+	<-tr.called
+	waitParked(t, "(*Peer).Close(", "sync.WaitGroup.Wait", "Close")
+	select {
+	case err := <-closed:
+		t.Fatalf("Close returned (%v) before the receive goroutine exited", err)
+	default:
+	}
+	close(tr.release)
+	require.NoError(t, <-closed)
+}
