@@ -284,6 +284,9 @@ func TestStatsString(t *testing.T) {
 // nothing once warm: in a Ricart-Agrawala pair each entry waits for the
 // other peer's reply, and its waiter comes back from a pool.
 func TestLockAllocs(t *testing.T) {
+	if raceEnabled {
+		t.Skip("under the race detector sync.Pool drops a share of what is put back")
+	}
 	c := variant{alg: RicartAgrawala}.cluster(t, 2)
 	p0, p1 := c.Peer(0), c.Peer(1)
 	round := func() {
