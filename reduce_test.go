@@ -312,3 +312,17 @@ func TestPersistent(t *testing.T) {
 	assert.Equal(t, []int{1, 1}, peersOf(trs[:k]))
 	assert.NotContains(t, peersOf(trs[k:]), 1)
 }
+
+// TestStampMapKeepsRefApartFromNone: the least stamp is named 0, and a
+// message's Ref of 0 means "none", so a Ref equal to the least stamp
+// must not be written as 0: a reply to a try would then encode as a
+// reply to a request.
+func TestStampMapKeepsRefApartFromNone(t *testing.T) {
+	sm := &stampMap{vals: []uint64{5, 7}, to: []uint64{0, 2}}
+	try := sm.message(Message{Kind: KindReply, TS: 7, Ref: 5})
+	plain := sm.message(Message{Kind: KindReply, TS: 7})
+	assert.Equal(t, uint64(2), try.TS)
+	assert.NotEqual(t, plain, try)
+	assert.Zero(t, plain.Ref)
+	assert.Equal(t, appendMessage(nil, sm.message(Message{Kind: KindReply, TS: 5, Ref: 7})), appendMessage(nil, Message{Kind: KindReply, TS: 0, Ref: 3}))
+}

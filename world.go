@@ -1737,11 +1737,12 @@ func (sm *stampMap) of(v uint64) uint64 {
 }
 
 // message returns m with its stamps renamed: TS, and Ref if it is not
-// zero.
+// zero, as one more than its name, so that a Ref never reads as "none"
+// (the least stamp is named 0).
 func (sm *stampMap) message(m Message) Message {
 	m.TS = sm.of(m.TS)
 	if m.Ref != 0 {
-		m.Ref = sm.of(m.Ref)
+		m.Ref = sm.of(m.Ref) + 1
 	}
 	return m
 }
