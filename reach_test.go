@@ -124,24 +124,34 @@ func TestUnreachableLockKeepsWaiting(t *testing.T) {
 	require.NoError(t, err)
 	p := c.Peer(0)
 	require.NoError(t, c.Network().Crash(2))
+	closed := lockUntilClose(t, p)
+	// The Lock call's request is out (or about to be): LockContext queues
+	// behind it, and the suspicion ends only its wait.
+	requireUnreachable(t, p.LockContext(context.Background()), 2)
+	closed(c)
+}
+
+// lockUntilClose calls p.Lock in a goroutine. The function it returns
+// requires that Lock has not returned, closes c, and requires that Lock
+// then panics with ErrClosed, as it does when Close wakes it.
+func lockUntilClose(t *testing.T, p Locker) func(c *Cluster) {
 	panicked := make(chan any, 1)
 	go func() {
 		defer func() { panicked <- recover() }()
 		p.Lock()
 		p.Unlock()
 	}()
-	// The Lock call's request is out (or about to be): LockContext queues
-	// behind it, and the suspicion ends only its wait.
-	requireUnreachable(t, p.LockContext(context.Background()), 2)
-	select {
-	case v := <-panicked:
-		t.Fatalf("Lock returned (%v) while the peer it needs is down", v)
-	default:
+	return func(c *Cluster) {
+		t.Helper()
+		select {
+		case v := <-panicked:
+			t.Fatalf("Lock returned (%v) while the peer it needs is down", v)
+		default:
+		}
+		require.NoError(t, c.Close())
+		err, _ := (<-panicked).(error)
+		require.ErrorIs(t, err, ErrClosed)
 	}
-	require.NoError(t, c.Close())
-	v2 := <-panicked
-	err, _ = v2.(error)
-	require.ErrorIs(t, err, ErrClosed)
 }
 
 // TestUnreachableNeedsOnlyItsPeers checks that a peer that a request does
@@ -251,22 +261,9 @@ func TestUnreachableLockAfterSuspicion(t *testing.T) {
 		require.True(t, time.Now().Before(deadline), "peer 0 never suspected peer 2: %v", p.Suspected())
 		time.Sleep(time.Millisecond)
 	}
-	panicked := make(chan any, 1)
-	go func() {
-		defer func() { panicked <- recover() }()
-		p.Lock()
-		p.Unlock()
-	}()
+	closed := lockUntilClose(t, p)
 	waitParked(t, "(*Peer).wait(", "chan receive", "Lock")
-	select {
-	case v := <-panicked:
-		t.Fatalf("Lock returned (%v) while the peer it needs is down", v)
-	default:
-	}
-	require.NoError(t, c.Close())
-	v := <-panicked
-	err, _ = v.(error)
-	require.ErrorIs(t, err, ErrClosed)
+	closed(c)
 }
 
 // TestUnreachableIdleHolderEntersAlone suspects a peer while peer 0 of a
