@@ -14,23 +14,7 @@ import (
 // nothing: one entry at a time costs what closedForms says it costs
 // without the option.
 func TestFailoverRuntimeSameCounts(t *testing.T) {
-	form := closedForms[3]
-	require.Equal(t, "centralized", form.v.name)
-	for _, n := range []int{2, 3, 5} {
-		t.Run("n="+strconv.Itoa(n), func(t *testing.T) {
-			c := recoveryCluster(t, Centralized, n)
-			for id := range n {
-				before := c.Stats()
-				p := c.Peer(id)
-				lockWithin(t, p, time.Minute)
-				p.Unlock()
-				waitQuiet(t, c)
-				got := c.Stats().Sub(before)
-				assert.Equal(t, uint64(1), got.Entries)
-				assert.Equal(t, form.want(n, id), nonNil(got.ByKind), "peer %d", id)
-			}
-		})
-	}
+	requireRecoverySameCounts(t, Centralized, nil)
 }
 
 // TestFailoverRuntimeCrash crashes the coordinator of a 4-peer cluster,
@@ -106,22 +90,7 @@ func TestFailoverRuntimeHolderCrash(t *testing.T) {
 		p := c.Peer(id)
 		for range 2 {
 			callers++
-			go func() {
-				for range rounds {
-					if err := p.LockContext(ctx); err != nil {
-						errs <- err
-						return
-					}
-					err := g.enter(p.ID())
-					g.leave()
-					p.Unlock()
-					if err != nil {
-						errs <- err
-						return
-					}
-				}
-				errs <- nil
-			}()
+			go func() { errs <- guardedRounds(ctx, p, &g, rounds) }()
 		}
 	}
 	for range callers {
@@ -146,20 +115,7 @@ func TestFailoverRuntimeContention(t *testing.T) {
 		for range 2 {
 			go func() {
 				<-start
-				for range rounds {
-					if err := p.LockContext(ctx); err != nil {
-						errs <- err
-						return
-					}
-					err := g.enter(p.ID())
-					g.leave()
-					p.Unlock()
-					if err != nil {
-						errs <- err
-						return
-					}
-				}
-				errs <- nil
+				errs <- guardedRounds(ctx, p, &g, rounds)
 			}()
 		}
 	}

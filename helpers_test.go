@@ -97,6 +97,23 @@ func hammer(t *testing.T, c *Cluster, workers, rounds int, limit time.Duration) 
 	require.Equal(t, uint64(want), c.Stats().Entries)
 }
 
+// guardedRounds has p take its lock rounds times around g, and returns
+// the first error: LockContext's, or g's on an overlap.
+func guardedRounds(ctx context.Context, p Locker, g *guard, rounds int) error {
+	for range rounds {
+		if err := p.LockContext(ctx); err != nil {
+			return err
+		}
+		err := g.enter(p.ID())
+		g.leave()
+		p.Unlock()
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // lockWithin takes p's lock or fails the test after limit.
 func lockWithin(t *testing.T, p Locker, limit time.Duration) {
 	t.Helper()
@@ -169,14 +186,18 @@ func waitQuiet(t testing.TB, c *Cluster) {
 	}
 }
 
+// A closedForm is one variant's count of messages by kind for the
+// entry of peer id in a cluster of n.
+type closedForm struct {
+	v    variant
+	want func(n, id int) map[string]uint64
+}
+
 // closedForms gives, for the permission algorithms, the messages of one
 // entry at a time by kind, as the papers count them: peer id's entry in a
 // cluster of n. The runtime's and the simulator's count tests both check
 // against it.
-var closedForms = []struct {
-	v    variant
-	want func(n, id int) map[string]uint64
-}{
+var closedForms = []closedForm{
 	{variant{name: "ricart-agrawala", alg: RicartAgrawala}, func(n, _ int) map[string]uint64 {
 		return map[string]uint64{"request": uint64(n - 1), "reply": uint64(n - 1)}
 	}},

@@ -2,6 +2,7 @@ package dmutex
 
 import (
 	"context"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -46,11 +47,22 @@ func TestRecoveryOptions(t *testing.T) {
 // nobody fails: one entry at a time costs what closedForms says it costs
 // without the option, at every size.
 func TestRecoverySameCounts(t *testing.T) {
-	form := closedForms[0]
-	require.Equal(t, "ricart-agrawala", form.v.name)
+	requireRecoverySameCounts(t, RicartAgrawala, func(t *testing.T, p Locker) {
+		assert.Less(t, p.(*Peer).fence, uint64(FenceEpoch), "no suspicion, no new epoch")
+	})
+}
+
+// requireRecoverySameCounts requires that alg with WithRecovery costs, one
+// entry at a time and nobody failing, what closedForms says it costs
+// without the option, at n = 2, 3 and 5; after each entry it calls also,
+// if set, with the peer that entered.
+func requireRecoverySameCounts(t *testing.T, alg Algorithm, also func(*testing.T, Locker)) {
+	i := slices.IndexFunc(closedForms, func(f closedForm) bool { return f.v.alg == alg && f.v.opts == nil })
+	require.GreaterOrEqual(t, i, 0, "no closed form for %v", alg)
+	form := closedForms[i]
 	for _, n := range []int{2, 3, 5} {
 		t.Run("n="+strconv.Itoa(n), func(t *testing.T) {
-			c := recoveryCluster(t, RicartAgrawala, n)
+			c := recoveryCluster(t, alg, n)
 			for id := range n {
 				before := c.Stats()
 				p := c.Peer(id)
@@ -60,7 +72,9 @@ func TestRecoverySameCounts(t *testing.T) {
 				got := c.Stats().Sub(before)
 				assert.Equal(t, uint64(1), got.Entries)
 				assert.Equal(t, form.want(n, id), nonNil(got.ByKind), "peer %d", id)
-				assert.Less(t, p.(*Peer).fence, uint64(FenceEpoch), "no suspicion, no new epoch")
+				if also != nil {
+					also(t, p)
+				}
 			}
 		})
 	}
@@ -158,22 +172,7 @@ func TestRecoveryContention(t *testing.T) {
 	for id := 1; id < n; id++ {
 		p := c.Peer(id)
 		for range 2 {
-			go func() {
-				for range rounds {
-					if err := p.LockContext(ctx); err != nil {
-						errs <- err
-						return
-					}
-					err := g.enter(p.ID())
-					g.leave()
-					p.Unlock()
-					if err != nil {
-						errs <- err
-						return
-					}
-				}
-				errs <- nil
-			}()
+			go func() { errs <- guardedRounds(ctx, p, &g, rounds) }()
 		}
 	}
 	for range 2 * (n - 1) {
