@@ -475,7 +475,7 @@ func (c *centralized) enqueue(j int, r uint64) {
 			k++
 		}
 	}
-	c.queue = slices.Insert(slices.Clip(c.queue), k, j)
+	c.queue = slices.Insert(c.queue, k, j)
 }
 
 // progress ends the rebuild once every peer not suspected has reported,
@@ -501,7 +501,7 @@ func (c *centralized) grantNext(out *output) {
 	}
 	for k, j := range c.queue {
 		if !c.suspected[j] {
-			c.queue = slices.Delete(slices.Clone(c.queue), k, k+1)
+			c.queue = slices.Delete(c.queue, k, k+1) // the machine owns its queue: clone copies it
 			c.grantTo(j, c.nums[j], out)
 			return
 		}
