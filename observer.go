@@ -41,7 +41,8 @@ type Observer interface {
 }
 
 // WithObserver has every peer report to o (see [Observer]). It applies to
-// clusters and to NewPeer; a nil o is an error wrapping
+// clusters and to NewPeer; a nil o, or an interface holding a nil pointer
+// (which the first report would dereference), is an error wrapping
 // [ErrInvalidConfig].
 func WithObserver(o Observer) Option {
 	return Option{
@@ -50,6 +51,9 @@ func WithObserver(o Observer) Option {
 		apply: func(c *config) error {
 			if o == nil {
 				return fmt.Errorf("%w: WithObserver(nil)", ErrInvalidConfig)
+			}
+			if isNil(o) {
+				return fmt.Errorf("%w: WithObserver((%T)(nil))", ErrInvalidConfig, o)
 			}
 			c.observer = o
 			return nil

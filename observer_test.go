@@ -238,12 +238,15 @@ func TestObserverSendErrors(t *testing.T) {
 	assert.Equal(t, Stats{Messages: 1, ByKind: map[string]uint64{"request": 1}}, p.Stats())
 }
 
-// TestWithObserverBadUse checks that WithObserver refuses nil and the
-// simulator, which has no clock to time anything with.
+// TestWithObserverBadUse checks that WithObserver refuses nil, a typed
+// nil, and the simulator, which has no clock to time anything with.
 func TestWithObserverBadUse(t *testing.T) {
 	_, err := New(RicartAgrawala, 3, WithObserver(nil))
 	require.ErrorIs(t, err, ErrInvalidConfig)
 	assert.Contains(t, err.Error(), "WithObserver(nil)")
+	_, err = New(RicartAgrawala, 3, WithObserver((*countingObserver)(nil)))
+	require.ErrorIs(t, err, ErrInvalidConfig)
+	assert.Contains(t, err.Error(), "WithObserver((*dmutex.countingObserver)(nil))")
 	_, err = NewSimulation(RicartAgrawala, 3, WithObserver(newRecorder()))
 	require.ErrorIs(t, err, ErrInvalidConfig)
 	assert.Contains(t, err.Error(), "WithObserver")
