@@ -17,6 +17,15 @@ type Option struct {
 	apply func(*config) error
 }
 
+// String returns the option's name, such as "WithRecovery", so that a
+// variant's Options can be told apart and printed.
+func (o Option) String() string {
+	if o.name == "" {
+		return "Option{}"
+	}
+	return o.name
+}
+
 // scope is a set of constructor families.
 type scope uint8
 

@@ -59,10 +59,11 @@ func (d Delivery) String() string {
 type simConfig struct {
 	seed     uint64
 	delivery Delivery
-	unsafe   bool    // WithUnsafeDelivery: reorder even if the algorithm needs FIFO
-	noTrace  bool    // WithoutTrace
-	loss     float64 // WithLoss
-	suspect  float64 // WithFalseSuspicions
+	unsafe   bool      // WithUnsafeDelivery: reorder even if the algorithm needs FIFO
+	noTrace  bool      // WithoutTrace
+	loss     float64   // WithLoss
+	suspect  float64   // WithFalseSuspicions
+	detector *Detector // WithDetector; nil for the default
 }
 
 // WithSeed sets the seed of a Simulation's random choices. Two simulations
@@ -247,8 +248,9 @@ type Simulation struct {
 // NewSimulation builds a simulation of n peers running alg; nothing is
 // requested yet. Besides the algorithm's own options it takes WithSeed,
 // WithDelivery, WithUnsafeDelivery, WithoutTrace, WithLoss,
-// WithFalseSuspicions and WithVariant. With WithRecovery or
-// WithFalseSuspicions it runs a failure detector (at most 8 peers): after
+// WithFalseSuspicions, WithDetector and WithVariant. With WithRecovery or
+// WithFalseSuspicions it runs a failure detector (at most 8 peers; see
+// WithDetector for the others): after
 // Crash each survivor suspects the crashed peer at a scheduling step of
 // its own, and a peer that crashed inside has left, so that survivors
 // still waiting at the end are a deadlock, not merely blocked. An algorithm that needs FIFO channels refuses
@@ -259,10 +261,20 @@ func NewSimulation(alg Algorithm, n int, opts ...Option) (*Simulation, error) {
 	if err != nil {
 		return nil, err
 	}
+	var det Detector
 	if cfg.recovery || cfg.sim.suspect > 0 {
+		det.Kind = DetectorPerfect // the false suspicions are the simulation's own
+	}
+	if d := cfg.sim.detector; d != nil {
+		if d.Kind == DetectorNone && cfg.sim.suspect > 0 {
+			return nil, fmt.Errorf("%w: WithFalseSuspicions(%v) with no detector (WithDetector %v)", ErrInvalidConfig, cfg.sim.suspect, d.Kind)
+		}
+		det = *d
+	}
+	if det.Kind != DetectorNone {
 		switch {
 		case n > maxDetectorPeers:
-			return nil, fmt.Errorf("%w: a failure detector (WithRecovery, WithFalseSuspicions) for %d peers, want at most %d", ErrInvalidConfig, n, maxDetectorPeers)
+			return nil, fmt.Errorf("%w: a failure detector (WithRecovery, WithFalseSuspicions, WithDetector) for %d peers, want at most %d", ErrInvalidConfig, n, maxDetectorPeers)
 		case cfg.sim.suspect > 0 && cfg.sim.delivery == DeliverLockStep:
 			return nil, fmt.Errorf("%w: WithFalseSuspicions with delivery %v, which uses no randomness", ErrInvalidConfig, DeliverLockStep)
 		}
@@ -271,9 +283,7 @@ func NewSimulation(alg Algorithm, n int, opts ...Option) (*Simulation, error) {
 	if err != nil {
 		return nil, err
 	}
-	if cfg.recovery || cfg.sim.suspect > 0 {
-		w.f.detector = DetectorPerfect // the false suspicions are the simulation's own
-	}
+	w.f.detector, w.f.falseLeft = det.Kind, det.FalseSuspicions
 	return &Simulation{
 		w:        w,
 		rng:      rand.New(rand.NewPCG(cfg.sim.seed, 0x5eed)),

@@ -2,6 +2,7 @@ package dmutex
 
 import (
 	"errors"
+	"fmt"
 	"math"
 	"strings"
 	"testing"
@@ -167,4 +168,111 @@ func TestSimulationRecoveryLockStep(t *testing.T) {
 	require.NoError(t, s.Run())
 	assert.Equal(t, uint64(2), s.Stats().Entries)
 	assert.Empty(t, s.Waiting())
+}
+
+// TestSimulationWithDetector: WithDetector naming the default changes
+// nothing; an imperfect detector offers the false suspicions of its bound
+// as transitions a caller takes by hand and the scheduler never takes; a
+// perfect one offers only the suspicion of a crashed peer, with or
+// without WithRecovery; and DetectorNone keeps recovery's machines deaf.
+func TestSimulationWithDetector(t *testing.T) {
+	perfect := Detector{Kind: DetectorPerfect}
+	t.Run("the default", func(t *testing.T) {
+		s1, err1 := crashRun(t, 3, 5, 7, WithRecovery())
+		s2, err2 := crashRun(t, 3, 5, 7, WithRecovery(), WithDetector(perfect))
+		require.NoError(t, err1)
+		require.NoError(t, err2)
+		assert.Equal(t, s1.Events(), s2.Events())
+	})
+	t.Run("imperfect by hand", func(t *testing.T) {
+		s, err := NewSimulation(RicartAgrawala, 3, WithSeed(3), WithRecovery(),
+			WithDetector(Detector{Kind: DetectorImperfect, FalseSuspicions: 1}))
+		require.NoError(t, err)
+		w := s.World()
+		tr, ok := w.Find("s1-0")
+		require.True(t, ok, "a false suspicion is offered within the bound")
+		_, err = w.Apply(tr)
+		require.NoError(t, err)
+		for _, id := range []string{"s2-0", "s2-1", "s0-1"} {
+			_, ok := w.Find(id)
+			assert.False(t, ok, "%s: the bound of one is used up", id)
+		}
+		_, ok = w.Find("u1-0")
+		assert.True(t, ok, "the suspected live peer is to be trusted again")
+		require.NoError(t, s.Run())
+		_, ok = w.Find("u1-0")
+		require.False(t, ok, "the scheduler has trusted P0 again")
+		for p := range 3 {
+			require.NoError(t, s.Request(p))
+		}
+		require.NoError(t, s.Run())
+		var suspects, trusts int
+		for _, e := range s.Events() {
+			switch e.Kind {
+			case EventSuspect:
+				suspects++
+			case EventTrust:
+				trusts++
+			}
+		}
+		assert.Equal(t, 1, suspects, "the scheduler takes no false suspicion of its own")
+		assert.Equal(t, 1, trusts, "it takes the trust the detector owes")
+		assert.Zero(t, s.FalseSuspicions(), "FalseSuspicions counts the rate's, not the hand's")
+		assert.Equal(t, uint64(3), s.Stats().Entries)
+	})
+	t.Run("perfect without recovery", func(t *testing.T) {
+		s, err := NewSimulation(RicartAgrawala, 3, WithVariant("ricart-agrawala-naive-exclusion"), WithDetector(perfect))
+		require.NoError(t, err)
+		w := s.World()
+		require.NoError(t, s.Request(1))
+		_, ok := w.Find("s1-2")
+		assert.False(t, ok, "a perfect detector suspects no live peer")
+		require.NoError(t, s.Crash(2))
+		tr, ok := w.Find("s1-2")
+		require.True(t, ok, "it suspects a crashed one")
+		_, err = w.Apply(tr)
+		require.NoError(t, err)
+		require.NoError(t, s.Run(), "the variant's suspicion counts as P2's reply to P1's request")
+		assert.Equal(t, uint64(1), s.Stats().Entries)
+	})
+	t.Run("none", func(t *testing.T) {
+		s, err := crashRun(t, 3, 5, 7, WithRecovery(), WithDetector(Detector{}))
+		require.ErrorIs(t, err, ErrBlocked, "no suspicion comes, so the survivors block")
+		for _, e := range s.Events() {
+			assert.NotEqual(t, EventSuspect, e.Kind)
+		}
+	})
+	t.Run("bad", func(t *testing.T) {
+		tests := []struct {
+			name string
+			n    int
+			opts []Option
+			want string
+		}{
+			{"unknown kind", 3, []Option{WithDetector(Detector{Kind: 7})}, "WithDetector: detector DetectorKind(7) with 0 false suspicions"},
+			{"negative bound", 3, []Option{WithDetector(Detector{Kind: DetectorImperfect, FalseSuspicions: -1})}, "with -1 false suspicions"},
+			{"bound of a perfect detector", 3, []Option{WithDetector(Detector{Kind: DetectorPerfect, FalseSuspicions: 2})}, "detector perfect with 2 false suspicions"},
+			{"none with a rate", 3, []Option{WithDetector(Detector{}), WithFalseSuspicions(0.1)}, "WithFalseSuspicions(0.1) with no detector"},
+			{"too many peers", 9, []Option{WithDetector(perfect)}, "for 9 peers, want at most 8"},
+		}
+		for _, tt := range tests {
+			_, err := NewSimulation(RicartAgrawala, tt.n, tt.opts...)
+			require.ErrorIs(t, err, ErrInvalidConfig, tt.name)
+			assert.ErrorContains(t, err, tt.want, tt.name)
+		}
+		_, err := NewWorld(RicartAgrawala, 3, WithDetector(perfect))
+		assert.ErrorContains(t, err, "option WithDetector does not apply to a world", "a World's detector is the checker's")
+		_, err = NewSimulation(RicartAgrawala, 9, WithDetector(Detector{}))
+		assert.NoError(t, err, "no detector, no bound on n")
+	})
+}
+
+// TestOptionString: an option is named by its constructor.
+func TestOptionString(t *testing.T) {
+	assert.Equal(t, "WithRecovery", WithRecovery().String())
+	assert.Equal(t, "WithDetector", WithDetector(Detector{}).String())
+	assert.Equal(t, "Option{}", Option{}.String())
+	v, err := LookupVariant("centralized-naive-failover")
+	require.NoError(t, err)
+	assert.Contains(t, fmt.Sprint(v.Options), "WithRecovery")
 }

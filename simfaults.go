@@ -62,6 +62,41 @@ func WithFalseSuspicions(rate float64) Option {
 	}
 }
 
+// WithDetector sets a Simulation's failure detector. Without it the
+// detector is perfect under WithRecovery or WithFalseSuspicions and absent
+// otherwise, and a run is the same, event for event, whether or not this
+// option names that default.
+//
+// DetectorNone runs no detector, so that machines with WithRecovery never
+// hear a suspicion, as in Check without one. DetectorPerfect has each
+// survivor suspect a crashed peer at a scheduling step of its own, as
+// WithRecovery alone does; it needs no WithRecovery, for a variant that
+// acts on suspicions by itself (ricart-agrawala-naive-exclusion).
+// DetectorImperfect also allows up to d.FalseSuspicions suspicions of live
+// peers, made by hand: the World offers each as a transition with an ID
+// such as "s1-0" (World.Transitions, Find and Apply, as in Check), the
+// scheduler never takes one, and the suspected peer is trusted again at a
+// scheduling step of its own. Suspicions fired by WithFalseSuspicions
+// count against that bound.
+//
+// A kind past DetectorImperfect, a negative bound, a bound for another
+// kind, or DetectorNone with a non-zero WithFalseSuspicions rate is an
+// error wrapping ErrInvalidConfig; a detector models at most 8 peers. It
+// applies to NewSimulation only; Check takes CheckConfig.Detector.
+func WithDetector(d Detector) Option {
+	return Option{
+		name:  "WithDetector",
+		where: forSimulation,
+		apply: func(c *config) error {
+			if d.Kind > DetectorImperfect || d.FalseSuspicions < 0 || (d.Kind != DetectorImperfect && d.FalseSuspicions != 0) {
+				return fmt.Errorf("%w: WithDetector: detector %v with %d false suspicions", ErrInvalidConfig, d.Kind, d.FalseSuspicions)
+			}
+			c.sim.detector = &d
+			return nil
+		},
+	}
+}
+
 // Crash stops peer for good: every message to or from it is lost, those
 // in flight included, it takes no more steps, and its requests are
 // withdrawn (Run no longer waits for them). A peer that crashes inside the
