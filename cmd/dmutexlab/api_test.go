@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -59,6 +60,24 @@ func TestAPIBadInput(t *testing.T) {
 		{"bad loss", "/api/run?loss=2", `loss: \"2\" is not a probability`},
 		{"cx beyond the choices", "/api/run?c=r0&cx=5", `cx: \"5\"`},
 		{"check of a bad configuration", "/api/check?alg=paxos", `unknown algorithm \"paxos\"`},
+		{"bad recovery", "/api/run?recovery=yes", `recovery: \"yes\" is not 0 or 1`},
+		{"recovery of an algorithm without", "/api/run?alg=lamport&recovery=1", "option WithRecovery does not apply to lamport"},
+		{"recovery off for a variant with", "/api/run?variant=centralized-naive-failover&recovery=0", "recovery=0: variant centralized-naive-failover runs with WithRecovery"},
+		{"unknown detector", "/api/run?detector=oracle", `detector: \"oracle\" is not none, perfect or imperfect`},
+		{"no detector for a variant with one", "/api/run?variant=ricart-agrawala-naive-exclusion&detector=none", "detector=none: variant ricart-agrawala-naive-exclusion needs its perfect detector"},
+		{"false suspicions of a perfect detector", "/api/run?detector=perfect&false=2", "false=2: false suspicions need detector=imperfect, not perfect"},
+		{"false not a number", "/api/run?detector=imperfect&false=many", `false: \"many\" is not a number of false suspicions from 0 to 9`},
+		{"false too many", "/api/run?detector=imperfect&false=10", `false: \"10\"`},
+		{"suspicion without a detector", "/api/run?n=3&c=c0.s1-0", `choice 1 \"s1-0\": there is no failure detector`},
+		{"suspicion of a live peer by a perfect detector", "/api/run?n=3&detector=perfect&c=s1-0", "P0 has not crashed, and a perfect detector suspects only crashed peers"},
+		{"false suspicions used up", "/api/run?n=3&recovery=1&detector=imperfect&false=1&c=s1-0.s2-0", `choice 1 \"s2-0\": P0 has not crashed, and the imperfect detector's 1 false suspicions are used up`},
+		{"suspicion twice", "/api/run?n=3&detector=imperfect&false=2&c=s1-0.s1-0", "P1 already suspects P0"},
+		{"suspicion of itself", "/api/run?n=3&detector=perfect&c=s1-1", "P1 cannot suspect or trust itself"},
+		{"suspicion by a crashed peer", "/api/run?n=3&detector=perfect&c=c1.c0.s1-0", "P1 has crashed"},
+		{"trust without a suspicion", "/api/run?n=3&detector=perfect&c=u1-0", "P1 does not suspect P0"},
+		{"trust of a crashed peer", "/api/run?n=3&detector=perfect&c=c0.s1-0.u1-0", "P0 has crashed, and a detector never trusts a crashed peer again"},
+		{"suspicion malformed", "/api/run?n=3&detector=perfect&c=s1", `choice 0 \"s1\": want s and two peers, such as s1-0`},
+		{"suspicion out of range", "/api/run?n=3&detector=perfect&c=s1-5", "peer 5 out of range [0, 3)"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -238,9 +257,6 @@ func TestCheckLoadsCounterexample(t *testing.T) {
 	defer srv.Close()
 	for _, v := range dmutex.Variants() {
 		t.Run(v.Name, func(t *testing.T) {
-			if v.Faults != (dmutex.CheckFaults{}) {
-				t.Skip("the lab does not replay checker faults")
-			}
 			if v.N > 3 {
 				t.Skip("a search of hundreds of thousands of states, minutes under -race; TestCheckVariants in the root package checks it")
 			}
@@ -256,12 +272,32 @@ func TestCheckLoadsCounterexample(t *testing.T) {
 			require.NoError(t, json.Unmarshal(body, &rv))
 			require.NotNil(t, rv.Violation, "the replay must break the promise too")
 			assert.Equal(t, len(cv.Result.Violation.Transitions), rv.CX)
+			ids := cv.Result.Violation.Transitions
 			if cv.Result.Violation.Property == "safety" {
 				assert.Equal(t, len(rv.Ticks)-1, rv.Violation.Tick)
+				ids = ids[:len(ids)-1]
 			} else {
 				assert.Equal(t, -1, rv.Violation.Tick)
 				assert.Contains(t, rv.Violation.Message, "deadlock")
 			}
+			if v.Faults == (dmutex.CheckFaults{}) {
+				return
+			}
+			// The lab's choices mean what the checker's transitions do,
+			// its crash cI included: before the last step, the lab's world
+			// is the checker's replay.
+			res, err := dmutex.Check(context.Background(), dmutex.CheckConfig{Variant: v.Name, StopAtDeadlock: true})
+			require.NoError(t, err)
+			require.NotNil(t, res.Violation)
+			require.Equal(t, cv.Result.Violation.Transitions, res.Violation.Transitions)
+			want, err := res.Violation.Replay()
+			require.NoError(t, err)
+			st, err := parseState(mustQuery(t, cv.Query))
+			require.NoError(t, err)
+			st.Choices, st.CX = ids, 0
+			r, err := replay(st)
+			require.NoError(t, err)
+			assertSameWorld(t, want, r.sim.World())
 		})
 	}
 	code, body := get(t, srv, "/api/check?alg=ricart-agrawala&n=2")
@@ -271,6 +307,149 @@ func TestCheckLoadsCounterexample(t *testing.T) {
 	assert.Nil(t, cv.Result.Violation)
 	assert.Empty(t, cv.Query)
 	assert.True(t, cv.Result.Safe && cv.Result.DeadlockFree && cv.Result.StarvationFree)
+}
+
+func mustQuery(t *testing.T, q string) map[string][]string {
+	t.Helper()
+	v, err := urlParse(q)
+	require.NoError(t, err)
+	return v
+}
+
+// assertSameWorld checks that two worlds agree on every peer's state and
+// on the messages in flight.
+func assertSameWorld(t *testing.T, want, got *dmutex.World) {
+	t.Helper()
+	require.Equal(t, want.N(), got.N())
+	for p := range want.N() {
+		assert.Equal(t, want.Describe(p), got.Describe(p), "P%d", p)
+		assert.Equal(t, want.Peer(p).State(), got.Peer(p).State(), "P%d", p)
+	}
+	assert.Equal(t, want.Messages(), got.Messages())
+	var wantIDs, gotIDs []string
+	for _, tr := range want.Transitions() {
+		if tr.Kind != dmutex.TransCrash { // the checker's one crash is a fault to inject; the lab's are a person's
+			wantIDs = append(wantIDs, tr.ID())
+		}
+	}
+	for _, tr := range got.Transitions() {
+		gotIDs = append(gotIDs, tr.ID())
+	}
+	assert.Equal(t, wantIDs, gotIDs, "the enabled transitions")
+}
+
+// readmeTrace returns the first violation's transitions in the README's
+// recovery table row that starts with prefix.
+func readmeTrace(t *testing.T, prefix string) []string {
+	t.Helper()
+	b, err := os.ReadFile("../../README.md")
+	require.NoError(t, err)
+	for line := range strings.SplitSeq(string(b), "\n") {
+		if !strings.HasPrefix(line, prefix) {
+			continue
+		}
+		cells := strings.Split(strings.Trim(line, "| "), " | ")
+		last := cells[len(cells)-1]
+		_, trace, ok := strings.Cut(last, "`")
+		require.True(t, ok, "no trace in %q", line)
+		return strings.Fields(strings.TrimSuffix(trace, "`"))
+	}
+	t.Fatalf("README.md has no row %q", prefix)
+	return nil
+}
+
+// TestCheckREADMEImperfectTrace: the README's counterexample for
+// Ricart-Agrawala's crash exclusion under an imperfect detector is what
+// the lab's check button loads for that configuration, and, replayed as
+// the page's choices, it breaks mutual exclusion at its last step, after
+// a world that is the Simulation's for the same choices.
+func TestCheckREADMEImperfectTrace(t *testing.T) {
+	srv := httptest.NewServer(newHandler())
+	defer srv.Close()
+	trace := readmeTrace(t, "| Ricart-Agrawala | `WithRecovery()`, imperfect detector, 1 false suspicion | 3 |")
+	require.Contains(t, trace, "s1-0", "a false suspicion: %v", trace)
+	const config = "alg=ricart-agrawala&n=3&recovery=1&detector=imperfect&false=1"
+	code, body := get(t, srv, "/api/check?"+config)
+	require.Equal(t, http.StatusOK, code, "%s", body)
+	var cv checkView
+	require.NoError(t, json.Unmarshal(body, &cv))
+	require.NotNil(t, cv.Result.Violation)
+	assert.Equal(t, trace, cv.Result.Violation.Transitions)
+	assert.Contains(t, cv.Query, "c="+strings.Join(trace, "."))
+
+	code, body = get(t, srv, "/api/run?"+config+"&c="+strings.Join(trace, "."))
+	require.Equal(t, http.StatusOK, code, "%s", body)
+	var rv runView
+	require.NoError(t, json.Unmarshal(body, &rv))
+	require.NotNil(t, rv.Violation)
+	assert.Equal(t, len(trace)-1, rv.Violation.Tick, "the last step breaks the promise")
+	assert.Equal(t, "peer 1 entered while peer 0 was inside", rv.Violation.Message)
+	assert.Equal(t, 1, rv.FalseUsed)
+	last := rv.Ticks[len(rv.Ticks)-1]
+	assert.Equal(t, "P1 suspects P2, P1 enters", last.Text)
+	assert.Equal(t, "P1 suspects P0", rv.Ticks[slices.Index(trace, "s1-0")].Text)
+
+	sim := reference(t, dmutex.RicartAgrawala, 3, 0, trace[:len(trace)-1], dmutex.WithRecovery(),
+		dmutex.WithDetector(dmutex.Detector{Kind: dmutex.DetectorImperfect, FalseSuspicions: 1}))
+	st := &state{Alg: dmutex.RicartAgrawala, N: 3, Recovery: true, Detector: dmutex.DetectorImperfect, False: 1,
+		Choices: trace[:len(trace)-1]}
+	r, err := replay(st)
+	require.NoError(t, err)
+	assertSameWorld(t, sim.World(), r.sim.World())
+}
+
+// TestRunDetectorMatchesSimulation: with a failure detector the
+// scheduler's steps take the suspicions and trusts the detector owes,
+// hand suspicions and trusts replay as the World's transitions, and the
+// run is the Simulation's for the same choices.
+func TestRunDetectorMatchesSimulation(t *testing.T) {
+	srv := httptest.NewServer(newHandler())
+	defer srv.Close()
+	tests := []struct {
+		name, query string
+		alg         dmutex.Algorithm
+		opts        []dmutex.Option
+		choices     []string
+		texts       []string // what some tick says
+		entries     uint64
+	}{
+		{"recovery after a crash", "alg=ricart-agrawala&n=3&seed=2&recovery=1&detector=perfect", dmutex.RicartAgrawala,
+			[]dmutex.Option{dmutex.WithRecovery(), dmutex.WithDetector(dmutex.Detector{Kind: dmutex.DetectorPerfect})},
+			[]string{"r0", "r1", "c2", "a", "a", "a", "a", "a", "a", "a", "a", "a", "a"}, []string{"P0 suspects P2", "P1 suspects P2"}, 2},
+		{"failover by the scheduler", "alg=centralized&n=3&seed=5&recovery=1&detector=perfect", dmutex.Centralized,
+			[]dmutex.Option{dmutex.WithRecovery(), dmutex.WithDetector(dmutex.Detector{Kind: dmutex.DetectorPerfect})},
+			[]string{"r1", "r2", "c0", "a", "a", "a", "a", "a", "a", "a", "a", "a", "a", "a", "a", "a", "a", "a", "a"}, []string{"P1 suspects P0"}, 2},
+		{"a false suspicion by hand", "alg=suzuki-kasami&n=3&seed=1&recovery=1&detector=imperfect&false=1", dmutex.SuzukiKasami,
+			[]dmutex.Option{dmutex.WithRecovery(), dmutex.WithDetector(dmutex.Detector{Kind: dmutex.DetectorImperfect, FalseSuspicions: 1})},
+			[]string{"s2-0", "u2-0", "r1", "a", "a", "a", "a", "a", "a", "a", "a"}, []string{"P2 suspects P0", "P2 trusts P0 again"}, 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			code, body := get(t, srv, "/api/run?"+tt.query+"&c="+strings.Join(tt.choices, "."))
+			require.Equal(t, http.StatusOK, code, "%s", body)
+			var v runView
+			require.NoError(t, json.Unmarshal(body, &v))
+			sim := reference(t, tt.alg, 3, v.Config.Seed, tt.choices, tt.opts...)
+			w := sim.World()
+			for p := range w.N() {
+				assert.Equal(t, w.Describe(p), v.Peers[p].Fields, "P%d", p)
+				assert.Equal(t, w.Peer(p).State(), v.Peers[p].Status, "P%d", p)
+			}
+			assert.Len(t, v.Events, len(w.Events()))
+			assert.Equal(t, sim.Stats().Entries, v.Counts.Entries)
+			assert.Equal(t, tt.entries, v.Counts.Entries, "the survivors enter")
+			assert.True(t, v.Done, "at rest")
+			assert.Nil(t, v.Violation)
+			assert.Empty(t, v.Blocked)
+			var texts []string
+			for _, tk := range v.Ticks {
+				texts = append(texts, tk.Text)
+			}
+			for _, want := range tt.texts {
+				assert.True(t, slices.ContainsFunc(texts, func(s string) bool { return strings.HasPrefix(s, want) }), "no tick says %q: %q", want, texts)
+			}
+		})
+	}
 }
 
 // TestServe: the command listens on a free port, prints its URL, serves

@@ -38,8 +38,34 @@ type state struct {
 	Sets     string // Maekawa voting sets, "0,1/1,2/0,2"
 	Tree     string // Raymond's parents, "-1,0,0"
 	Loss     float64
+	Recovery bool                // WithRecovery
+	Detector dmutex.DetectorKind // the failure detector
+	False    int                 // the false suspicions an imperfect detector allows
 	Choices  []string
 	CX       int // the first CX choices are a checker's counterexample
+}
+
+// maxFalse bounds the false suspicions a run may allow: each one is a
+// person's click, and the checker's search grows with each.
+const maxFalse = 9
+
+var detectors = []dmutex.DetectorKind{dmutex.DetectorNone, dmutex.DetectorPerfect, dmutex.DetectorImperfect}
+
+// hasRecovery reports whether a variant's options turn on WithRecovery.
+func hasRecovery(v *dmutex.Variant) bool {
+	return v != nil && slices.ContainsFunc(v.Options, func(o dmutex.Option) bool { return o.String() == dmutex.WithRecovery().String() })
+}
+
+// variant is the state's variant, or nil.
+func (st *state) variant() *dmutex.Variant {
+	if st.Variant == "" {
+		return nil
+	}
+	v, err := dmutex.LookupVariant(st.Variant)
+	if err != nil {
+		return nil // parseState has refused it
+	}
+	return v
 }
 
 // A badRequest is an error the client made: the server answers 400 with
@@ -66,6 +92,7 @@ func parseState(q url.Values) (*state, error) {
 		if vr.Network == dmutex.NetworkUnordered {
 			st.Delivery = dmutex.DeliverReorder
 		}
+		st.Detector, st.False, st.Recovery = vr.Detector.Kind, vr.Detector.FalseSuspicions, hasRecovery(vr)
 	}
 	if v := q.Get("alg"); v != "" {
 		a, err := dmutex.ParseAlgorithm(v)
@@ -107,6 +134,43 @@ func parseState(q url.Values) (*state, error) {
 		st.Implicit = true
 	default:
 		return nil, bad("implicit: %q is not 0 or 1", v)
+	}
+	switch v := q.Get("recovery"); v {
+	case "":
+	case "0":
+		if vr := st.variant(); hasRecovery(vr) {
+			return nil, bad("recovery=0: variant %s runs with WithRecovery", vr.Name)
+		}
+		st.Recovery = false
+	case "1":
+		st.Recovery = true
+	default:
+		return nil, bad("recovery: %q is not 0 or 1", v)
+	}
+	if v := q.Get("detector"); v != "" {
+		i := slices.IndexFunc(detectors, func(d dmutex.DetectorKind) bool { return d.String() == v })
+		if i < 0 {
+			return nil, bad("detector: %q is not none, perfect or imperfect", v)
+		}
+		if vr := st.variant(); vr != nil && detectors[i] == dmutex.DetectorNone && vr.Detector.Kind != dmutex.DetectorNone {
+			return nil, bad("detector=none: variant %s needs its %v detector", vr.Name, vr.Detector.Kind)
+		}
+		if detectors[i] != st.Detector {
+			st.Detector, st.False = detectors[i], 0
+			if st.Detector == dmutex.DetectorImperfect {
+				st.False = 1 // the README's recovery table allows one
+			}
+		}
+	}
+	if v := q.Get("false"); v != "" {
+		k, err := strconv.Atoi(v)
+		if err != nil || k < 0 || k > maxFalse {
+			return nil, bad("false: %q is not a number of false suspicions from 0 to %d", v, maxFalse)
+		}
+		if st.Detector != dmutex.DetectorImperfect && k != 0 {
+			return nil, bad("false=%d: false suspicions need detector=imperfect, not %v", k, st.Detector)
+		}
+		st.False = k
 	}
 	st.Sets = q.Get("sets")
 	st.Tree = q.Get("tree")
@@ -152,6 +216,15 @@ func (st *state) query() string {
 	if st.Loss > 0 {
 		q.Set("loss", strconv.FormatFloat(st.Loss, 'g', -1, 64))
 	}
+	if st.Recovery {
+		q.Set("recovery", "1")
+	}
+	if st.Detector != dmutex.DetectorNone {
+		q.Set("detector", st.Detector.String())
+	}
+	if st.Detector == dmutex.DetectorImperfect {
+		q.Set("false", strconv.Itoa(st.False))
+	}
 	if len(st.Choices) > 0 {
 		q.Set("c", strings.Join(st.Choices, "."))
 	}
@@ -163,15 +236,29 @@ func (st *state) query() string {
 
 // options are the library options of the state's simulation.
 func (st *state) options() ([]dmutex.Option, error) {
-	opts := []dmutex.Option{dmutex.WithSeed(st.Seed), dmutex.WithDelivery(st.Delivery)}
-	if st.Variant != "" {
+	var opts []dmutex.Option
+	if vr := st.variant(); vr != nil {
+		// The variant's own options come first, as Check adds them.
+		opts = append(opts, vr.Options...)
 		opts = append(opts, dmutex.WithVariant(st.Variant))
+	}
+	opts = append(opts, dmutex.WithSeed(st.Seed), dmutex.WithDelivery(st.Delivery))
+	if st.Recovery && !hasRecovery(st.variant()) {
+		opts = append(opts, dmutex.WithRecovery())
+	}
+	if st.Recovery || st.Detector != dmutex.DetectorNone {
+		opts = append(opts, dmutex.WithDetector(st.detector()))
 	}
 	if st.Loss > 0 {
 		opts = append(opts, dmutex.WithLoss(st.Loss))
 	}
 	algOpts, err := st.algOptions()
 	return append(opts, algOpts...), err
+}
+
+// detector is the state's failure detector.
+func (st *state) detector() dmutex.Detector {
+	return dmutex.Detector{Kind: st.Detector, FalseSuspicions: st.False}
 }
 
 // algOptions are the algorithm's own options, which Check takes too.
@@ -221,6 +308,7 @@ type run struct {
 	ticks     []tick
 	violation *violation
 	blocked   string
+	entered   int // the peer whose machine entered in the last choice World.Apply took, or -1
 }
 
 // A tick is one column of the diagram: one choice made by hand, or one
@@ -232,6 +320,9 @@ type tick struct {
 	Upto   string `json:"upto"`   // the query that replays the run up to this tick
 	Events [2]int `json:"events"` // the tick's events are events[Events[0]:Events[1]]
 	Cause  bool   `json:"cause"`  // part of a checker's counterexample
+	// BrokeIn is 1 + the peer whose entry broke the promise in this tick,
+	// or 0: the World records no event for an entry it refuses.
+	BrokeIn int `json:"-"`
 }
 
 type violation struct {
@@ -297,6 +388,7 @@ func replay(st *state) (*run, error) {
 			continue
 		}
 		before := len(w.Events())
+		r.entered = -1
 		id, err := r.choose(c)
 		if err != nil {
 			var br *badRequest
@@ -369,8 +461,9 @@ func plain(err error) string {
 	return stepInfix.ReplaceAllString(s, ":")
 }
 
-// quiet reports whether only the environment can act: nothing in flight
-// and nobody inside.
+// quiet reports whether only the environment can act: nothing in flight,
+// nobody inside, and nothing the failure detector owes (a suspicion of a
+// crashed peer, a trust of a live suspected one).
 func (r *run) quiet() bool {
 	w := r.sim.World()
 	if len(w.Messages()) > 0 {
@@ -381,7 +474,9 @@ func (r *run) quiet() bool {
 			return false
 		}
 	}
-	return true
+	return !slices.ContainsFunc(w.Transitions(), func(t dmutex.Transition) bool {
+		return t.Kind == dmutex.TransTrust || t.Kind == dmutex.TransSuspect && w.Peer(t.Target).Crashed
+	})
 }
 
 // choose makes one choice by hand and returns the transition ID it
@@ -429,7 +524,8 @@ func (r *run) choose(c string) (string, error) {
 			}
 			return "", bad("message %s is not in flight", c[1:])
 		}
-		_, err := w.Apply(t)
+		step, err := w.Apply(t)
+		r.entered = step.Entered
 		return c, err
 	case 'p':
 		var groups [][]int
@@ -447,6 +543,8 @@ func (r *run) choose(c string) (string, error) {
 			return "", bad("%v", err)
 		}
 		return c, nil
+	case 's', 'u':
+		return r.chooseDetector(c)
 	case 'h':
 		if c != "h" {
 			return "", bad("unknown choice")
@@ -454,7 +552,75 @@ func (r *run) choose(c string) (string, error) {
 		sim.Heal()
 		return c, nil
 	}
-	return "", bad("unknown choice (want r, l, c or d and a number, p for a partition, h to heal, a for a scheduler step)")
+	return "", bad("unknown choice (want r, l, c or d and a number, s or u and two, p for a partition, h to heal, a for a scheduler step)")
+}
+
+// chooseDetector makes a suspicion sI-J or a trust uI-J by hand: enabled
+// exactly when the World offers the transition, and otherwise refused
+// with the reason.
+func (r *run) chooseDetector(c string) (string, error) {
+	w := r.sim.World()
+	a, b, ok := strings.Cut(c[1:], "-")
+	i, err1 := strconv.Atoi(a)
+	j, err2 := strconv.Atoi(b)
+	if !ok || err1 != nil || err2 != nil {
+		return "", bad("want %c and two peers, such as %c1-0", c[0], c[0])
+	}
+	for _, p := range []int{i, j} {
+		if p < 0 || p >= w.N() {
+			return "", bad("peer %d out of range [0, %d)", p, w.N())
+		}
+	}
+	if t, ok := w.Find(c); ok {
+		step, err := w.Apply(t)
+		r.entered = step.Entered
+		return c, err
+	}
+	ds := detectorOf(w)
+	switch {
+	case r.st.Detector == dmutex.DetectorNone:
+		return "", bad("there is no failure detector (choose detector=perfect or imperfect)")
+	case i == j:
+		return "", bad("P%d cannot suspect or trust itself", i)
+	case w.Peer(i).Crashed:
+		return "", bad("P%d has crashed", i)
+	case c[0] == 'u' && !ds.suspects[[2]int{i, j}]:
+		return "", bad("P%d does not suspect P%d", i, j)
+	case c[0] == 'u':
+		return "", bad("P%d has crashed, and a detector never trusts a crashed peer again", j)
+	case ds.suspects[[2]int{i, j}]:
+		return "", bad("P%d already suspects P%d", i, j)
+	case r.st.Detector == dmutex.DetectorPerfect:
+		return "", bad("P%d has not crashed, and a perfect detector suspects only crashed peers", j)
+	}
+	return "", bad("P%d has not crashed, and the imperfect detector's %d false suspicions are used up", j, r.st.False)
+}
+
+// A detectorState is what the failure detector has done in a run: who
+// suspects whom now, and how many suspicions were of live peers.
+type detectorState struct {
+	suspects  map[[2]int]bool
+	falseUsed int
+}
+
+// detectorOf reads the detector's state from the world's events.
+func detectorOf(w *dmutex.World) detectorState {
+	ds := detectorState{suspects: map[[2]int]bool{}}
+	crashed := map[int]bool{}
+	for _, e := range w.Events() {
+		switch e.Kind {
+		case dmutex.EventCrash:
+			crashed[e.Peer] = true
+		case dmutex.EventSuspect:
+			ds.suspects[[2]int{e.Peer, e.Target}] = true
+			if !crashed[e.Target] {
+				ds.falseUsed++
+			}
+		case dmutex.EventTrust:
+			delete(ds.suspects, [2]int{e.Peer, e.Target})
+		}
+	}
+	return ds
 }
 
 // addTick records the tick that produced the events from index before.
@@ -466,11 +632,17 @@ func (r *run) addTick(w *dmutex.World, before int, id string, auto bool, done []
 	q.CX = min(q.CX, len(done))
 	t.Upto = q.query()
 	t.Text, t.ID = describeTick(evs[before:], id)
+	if !auto && r.entered >= 0 && w.Err() != nil && !slices.ContainsFunc(evs[before:], func(e dmutex.Event) bool {
+		return e.Kind == dmutex.EventEnter && e.Peer == r.entered
+	}) {
+		t.BrokeIn = r.entered + 1
+		t.Text += fmt.Sprintf(", P%d enters", r.entered)
+	}
 	r.ticks = append(r.ticks, t)
 }
 
 // describeTick says what a tick's events did, and the transition ID it
-// amounts to when it is one delivery or leave.
+// amounts to when it is one delivery, leave, suspicion or trust.
 func describeTick(evs []dmutex.Event, id string) (string, string) {
 	var parts []string
 	ids := 0
@@ -498,6 +670,12 @@ func describeTick(evs []dmutex.Event, id string) (string, string) {
 			parts = append(parts, "heal")
 		case dmutex.EventLost:
 			parts = append(parts, fmt.Sprintf("m%d lost", e.Seq))
+		case dmutex.EventSuspect:
+			parts = append(parts, fmt.Sprintf("P%d suspects P%d", e.Peer, e.Target))
+			id, ids = fmt.Sprintf("s%d-%d", e.Peer, e.Target), ids+1
+		case dmutex.EventTrust:
+			parts = append(parts, fmt.Sprintf("P%d trusts P%d again", e.Peer, e.Target))
+			id, ids = fmt.Sprintf("u%d-%d", e.Peer, e.Target), ids+1
 		}
 	}
 	if ids > 1 {
@@ -527,12 +705,16 @@ func msgText(m dmutex.Message) string {
 // returns its counterexample as a state to replay, or nil and a summary.
 func checkState(ctx context.Context, st *state) (*state, *dmutex.CheckResult, error) {
 	if _, err := replay(&state{Alg: st.Alg, N: st.N, Seed: st.Seed, Delivery: st.Delivery, Variant: st.Variant,
-		Implicit: st.Implicit, Sets: st.Sets, Tree: st.Tree}); err != nil {
+		Implicit: st.Implicit, Sets: st.Sets, Tree: st.Tree, Recovery: st.Recovery, Detector: st.Detector, False: st.False}); err != nil {
 		return nil, nil, err // the configuration itself is bad
 	}
 	algOpts, err := st.algOptions()
 	if err != nil {
 		return nil, nil, err
+	}
+	vr := st.variant()
+	if st.Recovery && !hasRecovery(vr) {
+		algOpts = append(algOpts, dmutex.WithRecovery()) // Check adds a variant's own
 	}
 	cc := dmutex.CheckConfig{
 		Algorithm:      st.Alg,
@@ -542,6 +724,13 @@ func checkState(ctx context.Context, st *state) (*state, *dmutex.CheckResult, er
 		Options:        algOpts,
 		MaxStates:      checkStates,
 		StopAtDeadlock: true,
+		Detector:       st.detector(),
+	}
+	if st.Detector != dmutex.DetectorNone && (vr == nil || vr.Faults == (dmutex.CheckFaults{})) {
+		// A detector has something to detect: one crash of any peer at any
+		// point, as in the README's recovery table. A variant's own faults
+		// are Check's default.
+		cc.Faults = dmutex.CheckFaults{Crash: true, CrashPeer: dmutex.AnyPeer}
 	}
 	if st.Delivery == dmutex.DeliverReorder {
 		cc.Network = dmutex.NetworkUnordered

@@ -157,13 +157,16 @@ type metaView struct {
 	Algorithms []algView     `json:"algorithms"`
 	Variants   []variantView `json:"variants"`
 	Deliveries []string      `json:"deliveries"`
+	Detectors  []string      `json:"detectors"`
 	MaxN       int           `json:"maxN"`
+	MaxFalse   int           `json:"maxFalse"`
 }
 
 type algView struct {
 	Name      string `json:"name"`
 	NeedsFIFO bool   `json:"needsFIFO"`
 	Option    string `json:"option,omitempty"` // the option it takes: implicit, sets or tree
+	Recovery  bool   `json:"recovery"`         // it takes WithRecovery
 }
 
 type variantView struct {
@@ -172,12 +175,17 @@ type variantView struct {
 	Teaches   string `json:"teaches"`
 	N         int    `json:"n"`
 	Net       string `json:"net"`
+	Detector  string `json:"detector"`
+	False     int    `json:"false"`
+	Recovery  bool   `json:"recovery"`
 }
 
 func meta() metaView {
-	m := metaView{MaxN: maxN}
+	m := metaView{MaxN: maxN, MaxFalse: maxFalse}
 	for _, a := range dmutex.Algorithms() {
-		av := algView{Name: a.String(), NeedsFIFO: a.NeedsFIFO()}
+		// WithRecovery is an error for an algorithm that has none.
+		_, err := dmutex.NewSimulation(a, 3, dmutex.WithRecovery())
+		av := algView{Name: a.String(), NeedsFIFO: a.NeedsFIFO(), Recovery: err == nil}
 		switch a {
 		case dmutex.RicartAgrawala:
 			av.Option = "implicit"
@@ -193,10 +201,14 @@ func meta() metaView {
 		if v.Network == dmutex.NetworkUnordered {
 			net = dmutex.DeliverReorder
 		}
-		m.Variants = append(m.Variants, variantView{v.Name, v.Algorithm.String(), v.Teaches, v.N, net.String()})
+		m.Variants = append(m.Variants, variantView{v.Name, v.Algorithm.String(), v.Teaches, v.N, net.String(),
+			v.Detector.Kind.String(), v.Detector.FalseSuspicions, hasRecovery(&v)})
 	}
 	for _, d := range deliveries {
 		m.Deliveries = append(m.Deliveries, d.String())
+	}
+	for _, d := range detectors {
+		m.Detectors = append(m.Detectors, d.String())
 	}
 	return m
 }
@@ -213,6 +225,7 @@ type runView struct {
 	Violation *violation  `json:"violation"`
 	Blocked   string      `json:"blocked,omitempty"`
 	CX        int         `json:"cx"`
+	FalseUsed int         `json:"falseUsed"` // suspicions of live peers so far
 }
 
 type configView struct {
@@ -225,6 +238,9 @@ type configView struct {
 	Sets     string  `json:"sets"`
 	Tree     string  `json:"tree"`
 	Loss     float64 `json:"loss"`
+	Recovery bool    `json:"recovery"`
+	Detector string  `json:"detector"`
+	False    int     `json:"false"`
 }
 
 type peerView struct {
@@ -233,6 +249,11 @@ type peerView struct {
 	Pending int            `json:"pending"`
 	Fields  []dmutex.Field `json:"fields"`
 	Leave   bool           `json:"canLeave"`
+	// The failure detector's: the peers this one suspects now, and those
+	// it may start to suspect or trust again by a click.
+	Suspects []int `json:"suspects"`
+	Suspect  []int `json:"suspect"`
+	Trust    []int `json:"trust"`
 }
 
 type msgView struct {
@@ -274,7 +295,7 @@ func (r *run) view() runView {
 	v := runView{
 		Query: st.query(),
 		Config: configView{st.Alg.String(), st.N, st.Seed, st.Delivery.String(), st.Variant, st.Implicit,
-			st.Sets, st.Tree, st.Loss},
+			st.Sets, st.Tree, st.Loss, st.Recovery, st.Detector.String(), st.False},
 		Ticks:     r.ticks,
 		Violation: r.violation,
 		Blocked:   r.blocked,
@@ -288,6 +309,8 @@ func (r *run) view() runView {
 	for _, t := range w.Transitions() {
 		enabled[t.ID()] = true
 	}
+	ds := detectorOf(w)
+	v.FalseUsed = ds.falseUsed
 	for p := range w.N() {
 		ps := w.Peer(p)
 		status := ps.State()
@@ -295,7 +318,20 @@ func (r *run) view() runView {
 		if fields == nil {
 			fields = []dmutex.Field{}
 		}
-		v.Peers = append(v.Peers, peerView{p, status, ps.Pending, fields, enabled[fmt.Sprintf("l%d", p)]})
+		pv := peerView{ID: p, Status: status, Pending: ps.Pending, Fields: fields, Leave: enabled[fmt.Sprintf("l%d", p)],
+			Suspects: []int{}, Suspect: []int{}, Trust: []int{}}
+		for q := range w.N() {
+			if ds.suspects[[2]int{p, q}] {
+				pv.Suspects = append(pv.Suspects, q)
+			}
+			if enabled[fmt.Sprintf("s%d-%d", p, q)] {
+				pv.Suspect = append(pv.Suspect, q)
+			}
+			if enabled[fmt.Sprintf("u%d-%d", p, q)] {
+				pv.Trust = append(pv.Trust, q)
+			}
+		}
+		v.Peers = append(v.Peers, pv)
 	}
 	v.InFlight = []msgView{}
 	for _, m := range w.Messages() {
@@ -312,8 +348,14 @@ func (r *run) view() runView {
 				ev.Msg, ev.From, ev.To, ev.Text = e.Msg.Kind.String(), e.Msg.From, e.Msg.To, msgText(e.Msg)
 			case dmutex.EventPartition:
 				ev.Text = fmt.Sprint(e.Groups)
+			case dmutex.EventSuspect, dmutex.EventTrust:
+				ev.To = e.Target
 			}
 			v.Events = append(v.Events, ev)
+		}
+		if t.BrokeIn > 0 {
+			// The entry that broke the promise, drawn beside the holder's.
+			v.Events = append(v.Events, eventView{Tick: ti + 1, Kind: dmutex.EventEnter.String(), Peer: t.BrokeIn - 1, From: -1, To: -1})
 		}
 	}
 	stats := w.Stats()
@@ -401,6 +443,7 @@ func urlParse(raw string) (map[string][]string, error) {
 }
 
 var knownKeys = map[string]bool{"alg": true, "n": true, "seed": true, "net": true, "variant": true,
-	"implicit": true, "sets": true, "tree": true, "loss": true, "c": true, "cx": true}
+	"implicit": true, "sets": true, "tree": true, "loss": true, "recovery": true, "detector": true, "false": true,
+	"c": true, "cx": true}
 
 var unescape = url.QueryUnescape
