@@ -385,6 +385,16 @@ func TestCheckREADMEImperfectTrace(t *testing.T) {
 	assert.Equal(t, len(trace)-1, rv.Violation.Tick, "the last step breaks the promise")
 	assert.Equal(t, "peer 1 entered while peer 0 was inside", rv.Violation.Message)
 	assert.Equal(t, 1, rv.FalseUsed)
+	assert.Equal(t, "inside", rv.Peers[0].Status)
+	assert.Equal(t, "inside", rv.Peers[1].Status, "the peer whose entry broke the promise is shown inside")
+	enters := 0
+	for _, e := range rv.Events {
+		if e.Kind == "enter" && e.Tick == len(trace) {
+			enters++
+			assert.Equal(t, 1, e.Peer)
+		}
+	}
+	assert.Equal(t, 1, enters, "and its entry is drawn")
 	last := rv.Ticks[len(rv.Ticks)-1]
 	assert.Equal(t, "P1 suspects P2, P1 enters", last.Text)
 	assert.Equal(t, "P1 suspects P0", rv.Ticks[slices.Index(trace, "s1-0")].Text)

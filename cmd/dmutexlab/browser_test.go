@@ -24,8 +24,12 @@ import (
 // package; .ci/run installs it) and compare what it shows with what the
 // library gives for the same choices. They skip when Chromium is missing.
 
-var screenshot = flag.String("dmutexlab.screenshot", os.Getenv("DMUTEXLAB_SCREENSHOT"),
-	"save a screenshot of the lab to this PNG file (such as ../../docs/dmutexlab.png)")
+var (
+	screenshot = flag.String("dmutexlab.screenshot", os.Getenv("DMUTEXLAB_SCREENSHOT"),
+		"save a screenshot of the lab to this PNG file (such as ../../docs/dmutexlab.png)")
+	screenshotQuery = flag.String("dmutexlab.screenshot.query", "alg=ricart-agrawala&n=3&seed=3&c=r0.r1.r2.a6",
+		"the run to picture, as the page's query")
+)
 
 // One Chromium serves every browser test of the binary, a tab each.
 var browser struct {
@@ -402,6 +406,134 @@ func TestBrowserCounterexample(t *testing.T) {
 	assert.Equal(t, 1, brokeCols, "and so does its column on the diagram")
 }
 
+// TestBrowserNaiveCounterexample: the check button loads the model
+// checker's counterexample for centralized-naive-failover, a crash and a
+// suspicion included, and the page highlights the violation, draws the
+// suspicion on the suspecter's lane, and both peers inside at once.
+func TestBrowserNaiveCounterexample(t *testing.T) {
+	ctx := tab(t)
+	srv := httptest.NewServer(newHandler())
+	defer srv.Close()
+	const name = "centralized-naive-failover"
+	res, err := dmutex.Check(context.Background(), dmutex.CheckConfig{Variant: name, StopAtDeadlock: true})
+	require.NoError(t, err)
+	require.NotNil(t, res.Violation)
+	require.Equal(t, "safety", res.Violation.Property)
+	trace := res.Violation.Transitions
+	require.NoError(t, chromedp.Do(ctx,
+		chromedp.Navigate(srv.URL+"/"),
+		chromedp.WaitVisible(chromedp.CSS(`body[data-ready="1"]`)),
+		chromedp.SetValue(chromedp.CSS("#variant"), name),
+		chromedp.Evaluate[chromedp.Void](`document.querySelector('#variant').dispatchEvent(new Event('change')), undefined`),
+		chromedp.Click(chromedp.CSS("#apply")),
+		poll(`(document.body.dataset.query || '').includes('variant=`+name+`')`),
+		chromedp.Click(chromedp.CSS("#check")),
+		chromedp.WaitVisible(chromedp.CSS("#violation")),
+	))
+	query, err := chromedp.Run(ctx, chromedp.Evaluate[string](`document.body.dataset.query`))
+	require.NoError(t, err)
+	assert.Contains(t, query, "detector=perfect", "the variant's detector")
+	assert.Contains(t, query, "recovery=1", "and its recovery")
+	assert.Contains(t, query, "c="+strings.Join(trace, "."))
+	banner, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS("#violation")))
+	require.NoError(t, err)
+	assert.Contains(t, banner, "Violation at step "+strconv.Itoa(len(trace)))
+	_, what, _ := strings.Cut(res.Violation.Message, fmt.Sprintf(": step %d: ", len(trace)))
+	require.NotEmpty(t, what, res.Violation.Message)
+	assert.Contains(t, banner, what)
+	count := func(sel string) int {
+		n, err := chromedp.Run(ctx, chromedp.Evaluate[int](fmt.Sprintf("document.querySelectorAll(%q).length", sel)))
+		require.NoError(t, err)
+		return n
+	}
+	assert.Equal(t, len(trace), count("#steps li.cause"), "every step of the counterexample is highlighted")
+	assert.Equal(t, 1, count("#steps li.broke"), "the step that broke the promise stands out")
+	assert.Equal(t, 1, count("#diagram rect.broke"), "and so does its column on the diagram")
+	for i, id := range trace {
+		var p, q int
+		if _, err := fmt.Sscanf(id, "s%d-%d", &p, &q); err == nil {
+			assert.Equal(t, 1, count(fmt.Sprintf(`#diagram g.suspicion[data-peer="%d"][data-target="%d"][data-tick="%d"]`, p, q, i+1)),
+				"%s is drawn on P%d's lane at step %d", id, p, i+1)
+		}
+	}
+	assert.Equal(t, strings.Count(strings.Join(trace, " "), "s"), count("#diagram g.suspicion"))
+	inside, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](`[...new Set([...document.querySelectorAll('#diagram rect.cs.open')].map(r => r.dataset.peer))]`))
+	require.NoError(t, err)
+	assert.Len(t, inside, 2, "two peers are inside at the end: %v", inside)
+	assert.Zero(t, count("#peers button.suspect, #peers button.trust"), "no detector choice after a violation")
+}
+
+// TestBrowserSuspectByHand: with an imperfect detector chosen in the
+// form, a click makes a peer suspect a live one, and after it, and after
+// the click that trusts it again, the diagram and the state panels are
+// the World's of a Simulation given the same choices.
+func TestBrowserSuspectByHand(t *testing.T) {
+	ctx := tab(t)
+	srv := httptest.NewServer(newHandler())
+	defer srv.Close()
+	const seed = 2
+	q := func(choices ...string) string {
+		return (&state{Alg: dmutex.RicartAgrawala, N: 3, Seed: seed, Recovery: true, Detector: dmutex.DetectorImperfect, False: 1,
+			Choices: choices}).query()
+	}
+	require.NoError(t, chromedp.Do(ctx,
+		chromedp.Navigate(srv.URL+"/?alg=ricart-agrawala&n=3&seed=2"),
+		chromedp.WaitVisible(chromedp.CSS(`body[data-ready="1"]`)),
+		chromedp.SetValue(chromedp.CSS("#detector"), "imperfect"),
+		chromedp.Evaluate[chromedp.Void](`document.querySelector('#detector').dispatchEvent(new Event('change')), undefined`),
+		chromedp.WaitVisible(chromedp.CSS("#false")),
+		chromedp.SetValue(chromedp.CSS("#false"), "1"),
+		chromedp.Click(chromedp.CSS("#recovery")),
+		chromedp.Click(chromedp.CSS("#apply")),
+		waitQuery(q()),
+	))
+	sim, err := dmutex.NewSimulation(dmutex.RicartAgrawala, 3, dmutex.WithSeed(seed), dmutex.WithRecovery(),
+		dmutex.WithDetector(dmutex.Detector{Kind: dmutex.DetectorImperfect, FalseSuspicions: 1}))
+	require.NoError(t, err)
+	w := sim.World()
+	count := func(sel string) int {
+		n, err := chromedp.Run(ctx, chromedp.Evaluate[int](fmt.Sprintf("document.querySelectorAll(%q).length", sel)))
+		require.NoError(t, err)
+		return n
+	}
+	assert.Equal(t, 6, count("#peers button.suspect"), "each peer may suspect each other one")
+	choices := []string{"r0"}
+	require.NoError(t, chromedp.Do(ctx,
+		chromedp.Click(chromedp.CSS(`.peer[data-peer="0"] button.request`)),
+		waitQuery(q(choices...))))
+	require.NoError(t, sim.Request(0))
+	for _, id := range []string{"s1-0", "u1-0"} {
+		choices = append(choices, id)
+		var p, target int
+		_, err := fmt.Sscanf(id[1:], "%d-%d", &p, &target)
+		require.NoError(t, err)
+		kind := map[byte]string{'s': "suspect", 'u': "trust"}[id[0]]
+		require.NoError(t, chromedp.Do(ctx,
+			chromedp.Click(chromedp.CSS(fmt.Sprintf(`.peer[data-peer="%d"] button.%s[data-target="%d"]`, p, kind, target))),
+			waitQuery(q(choices...))), "click %s", id)
+		tr, ok := w.Find(id)
+		require.True(t, ok, id)
+		_, err = w.Apply(tr)
+		require.NoError(t, err)
+		assertMatches(t, ctx, w, strings.Join(choices, "."))
+		if id[0] == 's' {
+			assert.Zero(t, count("#peers button.suspect"), "the bound of one false suspicion is used up")
+			assert.Equal(t, 1, count(`.peer[data-peer="1"] button.trust[data-target="0"]`), "P1 may trust P0 again")
+			assert.Equal(t, 1, count(`#diagram g.suspicion[data-peer="1"][data-target="0"]`), "the suspicion is drawn")
+			text, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(`.peer[data-peer="1"] p.suspects`)))
+			require.NoError(t, err)
+			assert.Equal(t, "suspects P0", text)
+		} else {
+			assert.Zero(t, count("#peers button.trust"))
+			assert.Zero(t, count("#peers p.suspects"))
+			assert.Equal(t, 1, count(`#diagram g.trust[data-peer="1"][data-target="0"]`), "the trust is drawn")
+		}
+	}
+	status, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS("#status")))
+	require.NoError(t, err)
+	assert.Contains(t, status, "false suspicions 1 of 1")
+}
+
 // TestBrowserFaultButtons: the crash, partition and heal buttons make
 // the choices the Simulation's Crash, Partition and Heal replay, and the
 // page shows the world they give.
@@ -469,6 +601,9 @@ func TestBrowserBadLink(t *testing.T) {
 // TestScreenshot saves a picture of the lab mid-run, for the README:
 //
 //	go test ./cmd/dmutexlab -run TestScreenshot -dmutexlab.screenshot $PWD/docs/dmutexlab.png
+//
+// -dmutexlab.screenshot.query pictures another run, such as a naive
+// variant's counterexample.
 func TestScreenshot(t *testing.T) {
 	if *screenshot == "" {
 		t.Skip("no -dmutexlab.screenshot file (or DMUTEXLAB_SCREENSHOT) given")
@@ -476,7 +611,7 @@ func TestScreenshot(t *testing.T) {
 	ctx := tab(t)
 	srv := httptest.NewServer(newHandler())
 	defer srv.Close()
-	q := "alg=ricart-agrawala&n=3&seed=3&c=r0.r1.r2.a6"
+	q := *screenshotQuery
 	require.NoError(t, chromedp.Do(ctx,
 		chromedp.EmulateViewport(1400, 680),
 		chromedp.Navigate(srv.URL+"/?"+q),

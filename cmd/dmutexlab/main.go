@@ -3,10 +3,17 @@
 // same World the simulator and the model checker drive: pick an
 // algorithm, make peers request, click a message in flight to deliver it,
 // crash a peer or cut the network, play a seeded run, or load the model
-// checker's counterexample for a broken variant. The page only draws; every
-// step is taken by the library, replayed from the configuration, the seed
-// and the choices that the page's URL holds, so a link reopens a run
-// exactly.
+// checker's counterexample for a broken variant. A failure detector is
+// part of the configuration (none, perfect, or imperfect with a bound of
+// false suspicions, and WithRecovery for the algorithms that have one):
+// each peer's buttons then make it suspect another peer (sI-J) or trust
+// it again (uI-J) whenever the World offers that step, the scheduler's
+// steps take those the detector owes (a suspicion of a crashed peer, a
+// trust of a live one), and the check explores one crash of any peer, so
+// that the counterexamples of the naive recoveries and of the imperfect
+// detector load and replay. The page only draws; every step is taken by
+// the library, replayed from the configuration, the seed and the choices
+// that the page's URL holds, so a link reopens a run exactly.
 //
 //	go run ./cmd/dmutexlab            # prints the URL to open
 //	go run ./cmd/dmutexlab -addr 127.0.0.1:8080
@@ -317,6 +324,9 @@ func (r *run) view() runView {
 		fields := w.Describe(p)
 		if fields == nil {
 			fields = []dmutex.Field{}
+		}
+		if n := len(r.ticks); n > 0 && r.ticks[n-1].BrokeIn == p+1 {
+			status = "inside" // its machine went in, and broke the promise
 		}
 		pv := peerView{ID: p, Status: status, Pending: ps.Pending, Fields: fields, Leave: enabled[fmt.Sprintf("l%d", p)],
 			Suspects: []int{}, Suspect: []int{}, Trust: []int{}}

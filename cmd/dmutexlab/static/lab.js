@@ -7,7 +7,8 @@ const SVG = "http://www.w3.org/2000/svg";
 const colors = {
   request: "#1849a9", reply: "#067647", release: "#7a5af8", grant: "#0e9384",
   token: "#dc6803", privilege: "#dc6803", locked: "#c11574", inquire: "#b54708",
-  failed: "#d92d20", relinquish: "#475467",
+  failed: "#d92d20", relinquish: "#475467", try: "#15b79e", busy: "#98a2b3",
+  coordinator: "#0086c9", status: "#4e5ba6",
 };
 
 let meta = null;   // algorithms, variants, deliveries
@@ -85,13 +86,21 @@ function fillForm(c) {
   $("#tree").value = c.tree;
   $("#loss").value = c.loss;
   $("#seed").value = c.seed;
+  $("#detector").value = c.detector;
+  $("#false").value = c.false;
+  $("#recovery").checked = c.recovery;
   showOptions();
 }
 
 function showOptions() {
   const a = meta.algorithms.find((x) => x.name === $("#alg").value);
   for (const o of ["implicit", "sets", "tree"]) $("#opt-" + o).hidden = !a || a.option !== o;
+  $("#opt-false").hidden = $("#detector").value !== "imperfect";
+  $("#opt-recovery").hidden = !a || !a.recovery;
   const v = meta.variants.find((x) => x.name === $("#variant").value);
+  // A variant that is a recovery, or acts on suspicions, keeps its own.
+  $("#recovery").disabled = !!(v && v.recovery);
+  for (const o of $("#detector").options) o.disabled = o.value === "none" && !!v && v.detector !== "none";
   $("#teaches").hidden = !v;
   if (v) $("#teaches").textContent = v.name + ": " + v.teaches;
 }
@@ -108,6 +117,10 @@ function formQuery() {
   if (a.option === "sets" && $("#sets").value) p.set("sets", $("#sets").value);
   if (a.option === "tree" && $("#tree").value) p.set("tree", $("#tree").value);
   if (+$("#loss").value > 0) p.set("loss", $("#loss").value);
+  if (a.recovery && $("#recovery").checked) p.set("recovery", "1");
+  const d = $("#detector").value;
+  if (d !== "none") p.set("detector", d);
+  if (d === "imperfect") p.set("false", $("#false").value || "0");
   return p.toString();
 }
 
@@ -124,6 +137,7 @@ function render() {
   renderSteps();
   const T = v.ticks.length;
   let s = `step ${T} · ${v.inFlight.length} in flight · ${v.counts.entries} entries`;
+  if (v.config.detector === "imperfect") s += ` · false suspicions ${v.falseUsed} of ${v.config.false}`;
   if (v.done) s += " · nothing left to deliver";
   if (v.blocked) s += " · " + v.blocked;
   $("#status").textContent = s;
@@ -232,6 +246,20 @@ function renderDiagram() {
     }
   }
 
+  // Suspicions: a dashed pill on the suspecter's lane naming the
+  // suspected peer; trusting it again, a solid one.
+  for (const e of v.events) {
+    if (e.kind !== "suspect" && e.kind !== "trust") continue;
+    const sus = e.kind === "suspect";
+    const g = el("svg:g", { class: "detector " + (sus ? "suspicion" : "trust"), "data-peer": e.peer, "data-target": e.to, "data-tick": e.tick });
+    g.append(el("svg:title", {}, sus ? `P${e.peer} suspects P${e.to}` : `P${e.peer} trusts P${e.to} again`));
+    // Just before the tick's mark, so that what the peer sends or does
+    // because of it starts clear of the pill.
+    g.append(el("svg:rect", { x: X(e.tick) - 33, y: Y(e.peer) - 9, width: 31, height: 18, rx: 9 }));
+    g.append(el("svg:text", { x: X(e.tick) - 17.5, y: Y(e.peer) + 4, "text-anchor": "middle" }, (sus ? "?P" : "✓P") + e.to));
+    svg.append(g);
+  }
+
   svg.append(el("svg:line", { class: "now", x1: X(T + 1), y1: top - 4, x2: X(T + 1), y2: height - 14 }));
   svg.append(el("svg:text", { class: "tick-label", x: X(T + 1), y: top - 10, "text-anchor": "middle" }, "now"));
 
@@ -275,6 +303,7 @@ function renderDiagram() {
   for (const k of kinds) legend.append(el("span", { style: `--c:${colors[k]}` }, k));
   legend.append(el("span", { style: "--c:#abefc6" }, "critical section"));
   legend.append(el("span", { style: "--c:#b54708" }, "▼ request"));
+  if (v.events.some((e) => e.kind === "suspect")) legend.append(el("span", { class: "suspects" }, "?Pj: this lane's peer suspects Pj · ✓Pj: trusts it again"));
 }
 
 function renderPeers() {
@@ -292,6 +321,7 @@ function renderPeers() {
       t.append(tr);
     }
     card.append(t);
+    if (p.suspects.length) card.append(el("p", { class: "suspects" }, "suspects " + p.suspects.map((q) => "P" + q).join(", ")));
     const b = el("div", { class: "buttons" });
     const dead = p.status === "crashed" || !!view.violation;
     b.append(
@@ -302,6 +332,13 @@ function renderPeers() {
     b.querySelector(".leave").disabled = dead || !p.canLeave;
     b.querySelector(".crash").disabled = dead;
     card.append(b);
+    // The detector's choices, only those the World offers now.
+    if (!view.violation && (p.suspect.length || p.trust.length)) {
+      const d = el("div", { class: "buttons detector" });
+      for (const q of p.suspect) d.append(el("button", { class: "suspect", "data-target": q, title: `P${p.id}'s detector starts to suspect P${q}`, onclick: () => choose(`s${p.id}-${q}`) }, "suspect P" + q));
+      for (const q of p.trust) d.append(el("button", { class: "trust", "data-target": q, title: `P${p.id}'s detector trusts P${q} again`, onclick: () => choose(`u${p.id}-${q}`) }, "trust P" + q));
+      card.append(d);
+    }
     box.append(card);
   }
 }
@@ -407,6 +444,9 @@ async function init() {
   for (const a of meta.algorithms) $("#alg").append(el("option", { value: a.name }, a.name));
   for (const v of meta.variants) $("#variant").append(el("option", { value: v.name }, v.name));
   for (const d of meta.deliveries) $("#net").append(el("option", { value: d }, d));
+  for (const d of meta.detectors) $("#detector").append(el("option", { value: d }, d));
+  $("#false").max = meta.maxFalse;
+  $("#detector").addEventListener("change", showOptions);
   $("#config").addEventListener("submit", (e) => { e.preventDefault(); stop(); load(formQuery()); });
   $("#alg").addEventListener("change", () => {
     const v = meta.variants.find((x) => x.name === $("#variant").value);
@@ -415,7 +455,10 @@ async function init() {
   });
   $("#variant").addEventListener("change", () => {
     const v = meta.variants.find((x) => x.name === $("#variant").value);
-    if (v) { $("#alg").value = v.algorithm; $("#n").value = v.n; $("#net").value = v.net; }
+    if (v) {
+      $("#alg").value = v.algorithm; $("#n").value = v.n; $("#net").value = v.net;
+      $("#detector").value = v.detector; $("#false").value = v.false; $("#recovery").checked = v.recovery;
+    }
     showOptions();
   });
   $("#back").addEventListener("click", back);
