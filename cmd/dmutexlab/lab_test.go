@@ -71,3 +71,33 @@ func perEntry(t *testing.T, form string) int {
 	require.NoError(t, err, "closed form %q", form)
 	return k
 }
+
+// TestStateQueryRoundTrip: query is the inverse of parseState, the
+// detector's keys and a variant's defaults included.
+func TestStateQueryRoundTrip(t *testing.T) {
+	tests := []struct {
+		raw  string
+		want state
+	}{
+		{"alg=ricart-agrawala&n=3&recovery=1&detector=imperfect&false=2&c=r0.s1-0.u1-0",
+			state{Alg: dmutex.RicartAgrawala, N: 3, Recovery: true, Detector: dmutex.DetectorImperfect, False: 2, Choices: []string{"r0", "s1-0", "u1-0"}}},
+		{"alg=centralized&n=3&detector=imperfect",
+			state{Alg: dmutex.Centralized, N: 3, Detector: dmutex.DetectorImperfect, False: 1}},
+		{"variant=ricart-agrawala-naive-exclusion",
+			state{Alg: dmutex.RicartAgrawala, N: 3, Variant: "ricart-agrawala-naive-exclusion", Detector: dmutex.DetectorPerfect}},
+		{"variant=suzuki-kasami-naive-regeneration&detector=imperfect&false=0",
+			state{Alg: dmutex.SuzukiKasami, N: 3, Variant: "suzuki-kasami-naive-regeneration", Recovery: true, Detector: dmutex.DetectorImperfect}},
+	}
+	for _, tt := range tests {
+		q, err := urlParse(tt.raw)
+		require.NoError(t, err, tt.raw)
+		st, err := parseState(q)
+		require.NoError(t, err, tt.raw)
+		assert.Equal(t, tt.want, *st, tt.raw)
+		q, err = urlParse(st.query())
+		require.NoError(t, err)
+		again, err := parseState(q)
+		require.NoError(t, err, st.query())
+		assert.Equal(t, st, again, st.query())
+	}
+}
