@@ -153,7 +153,9 @@ var recoveryAlgorithms = []Algorithm{RicartAgrawala, SuzukiKasami, Centralized}
 // Check the detector is the checker's (CheckConfig.Detector). In a
 // Simulation it is perfect: after Crash, each survivor suspects the
 // crashed peer at a scheduling step of its own, chosen like a delivery;
-// WithFalseSuspicions makes it imperfect.
+// WithFalseSuspicions makes it imperfect at a seeded rate, and
+// WithDetector sets it (an imperfect one's false suspicions are then made
+// by hand, as World transitions).
 //
 // A real detector is imperfect: a peer that is slow, or cut off by a
 // partition, is suspected as a crashed one is. With a false suspicion

@@ -408,6 +408,50 @@ func TestCheckREADMEImperfectTrace(t *testing.T) {
 	assertSameWorld(t, sim.World(), r.sim.World())
 }
 
+// TestCheckREADMERecoveryRows: every row of the README's recovery table
+// with one request per peer, no fenced store and a violation is what the
+// lab's check loads for that configuration, and its replay breaks the
+// same promise: at the last step for safety, at rest for a deadlock.
+func TestCheckREADMERecoveryRows(t *testing.T) {
+	srv := httptest.NewServer(newHandler())
+	defer srv.Close()
+	imperfect := "recovery=1&detector=imperfect&false=1"
+	tests := []struct{ row, config string }{
+		{"| Ricart-Agrawala | no recovery, perfect detector | 3 |", "alg=ricart-agrawala&n=3&detector=perfect"},
+		{"| Ricart-Agrawala | `WithRecovery()`, imperfect detector, 1 false suspicion | 3 |", "alg=ricart-agrawala&n=3&" + imperfect},
+		{"| Ricart-Agrawala | variant `ricart-agrawala-naive-exclusion`, perfect detector | 3 |", "variant=ricart-agrawala-naive-exclusion"},
+		{"| Suzuki-Kasami | no recovery, perfect detector | 3 |", "alg=suzuki-kasami&n=3&detector=perfect"},
+		{"| Suzuki-Kasami | `WithRecovery()`, imperfect detector, 1 false suspicion | 3 |", "alg=suzuki-kasami&n=3&" + imperfect},
+		{"| Suzuki-Kasami | variant `suzuki-kasami-naive-regeneration`, perfect detector | 3 |", "variant=suzuki-kasami-naive-regeneration"},
+		{"| centralized | no recovery, perfect detector | 3 |", "alg=centralized&n=3&detector=perfect"},
+		{"| centralized | `WithRecovery()`, imperfect detector, 1 false suspicion | 3 |", "alg=centralized&n=3&" + imperfect},
+		{"| centralized | variant `centralized-naive-failover`, perfect detector | 3 |", "variant=centralized-naive-failover"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.config, func(t *testing.T) {
+			trace := readmeTrace(t, tt.row)
+			code, body := get(t, srv, "/api/check?"+tt.config)
+			require.Equal(t, http.StatusOK, code, "%s", body)
+			var cv checkView
+			require.NoError(t, json.Unmarshal(body, &cv))
+			require.NotNil(t, cv.Result.Violation)
+			assert.Equal(t, trace, cv.Result.Violation.Transitions)
+			code, body = get(t, srv, "/api/run?"+cv.Query)
+			require.Equal(t, http.StatusOK, code, "%s", body)
+			var rv runView
+			require.NoError(t, json.Unmarshal(body, &rv))
+			require.NotNil(t, rv.Violation)
+			if cv.Result.Violation.Property == "safety" {
+				assert.Equal(t, len(trace)-1, rv.Violation.Tick)
+			} else {
+				assert.Equal(t, "deadlock", cv.Result.Violation.Property)
+				assert.Equal(t, -1, rv.Violation.Tick)
+				assert.Contains(t, rv.Violation.Message, "deadlock")
+			}
+		})
+	}
+}
+
 // TestRunDetectorMatchesSimulation: with a failure detector the
 // scheduler's steps take the suspicions and trusts the detector owes,
 // hand suspicions and trusts replay as the World's transitions, and the
