@@ -452,6 +452,35 @@ func TestCheckREADMERecoveryRows(t *testing.T) {
 	}
 }
 
+// TestRunOwedSuspicions: a run whose detector still owes suspicions is
+// not at rest, even with nothing in flight and nobody inside: they are
+// the scheduler's next steps and the person's choices, each a tick.
+func TestRunOwedSuspicions(t *testing.T) {
+	srv := httptest.NewServer(newHandler())
+	defer srv.Close()
+	const config = "/api/run?alg=ricart-agrawala&n=3&recovery=1&detector=perfect&c="
+	code, body := get(t, srv, config+"c2")
+	require.Equal(t, http.StatusOK, code, "%s", body)
+	var v runView
+	require.NoError(t, json.Unmarshal(body, &v))
+	assert.False(t, v.Done, "P0 and P1 are still to suspect P2")
+	require.Len(t, v.Events, 1, "the crash, and no suspicion taken behind the page's back")
+	assert.Equal(t, []int{2}, v.Peers[0].Suspect)
+	assert.Equal(t, []int{2}, v.Peers[1].Suspect)
+	assert.Empty(t, v.Peers[2].Suspect, "a crashed peer suspects no one")
+
+	code, body = get(t, srv, config+"c2.s1-2.a")
+	require.Equal(t, http.StatusOK, code, "%s", body)
+	v = runView{}
+	require.NoError(t, json.Unmarshal(body, &v))
+	assert.True(t, v.Done)
+	require.Len(t, v.Ticks, 3)
+	assert.Equal(t, "P1 suspects P2", v.Ticks[1].Text)
+	assert.Equal(t, "P0 suspects P2", v.Ticks[2].Text, "the one suspicion left is the scheduler's step")
+	assert.Equal(t, "s0-2", v.Ticks[2].ID, "named by its transition")
+	assert.Equal(t, []int{2}, v.Peers[1].Suspects)
+}
+
 // TestRunDetectorMatchesSimulation: with a failure detector the
 // scheduler's steps take the suspicions and trusts the detector owes,
 // hand suspicions and trusts replay as the World's transitions, and the
