@@ -284,6 +284,7 @@ type CheckResult struct {
 	DeadlockFree bool `json:"deadlockFree"`
 	// StarvationFree: deadlock free, and no fair cycle (see Check) in
 	// which a request stays unserved, over the states before any fault.
+	// It is false when it was not computed (Liveness is false).
 	StarvationFree bool `json:"starvationFree"`
 	// MaxOvertakes is the most entries by other peers while one request
 	// waits, over every explored path; -1 when unbounded or not computed.

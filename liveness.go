@@ -3,9 +3,12 @@ package dmutex
 import "slices"
 
 // liveness computes StarvationFree and MaxOvertakes from the explored
-// graph, when the search completed without a safety violation.
+// graph, when the search completed without a safety violation; otherwise
+// neither is known, and StarvationFree is false, so that nobody reads a
+// starvation-freedom that was never checked.
 func (c *checker) liveness() {
 	if !c.graph || !c.res.Complete || !c.res.Safe {
+		c.res.StarvationFree = false
 		return
 	}
 	c.res.Liveness = true

@@ -76,6 +76,8 @@ func TestSafetyOnlyAgrees(t *testing.T) {
 		assert.Equal(t, bfs.DeadlockFree, dfs.DeadlockFree, name)
 		assert.Equal(t, bfs.FencedSafe, dfs.FencedSafe, name)
 		assert.False(t, dfs.Liveness, name)
+		assert.False(t, dfs.StarvationFree, "%s: starvation freedom is not computed without the graph, so it must not read true", name)
+		assert.Equal(t, -1, dfs.MaxOvertakes, name)
 	}
 }
 
