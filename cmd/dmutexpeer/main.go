@@ -50,8 +50,8 @@
 //
 // With -recovery, the peers survive the crash of one of them, a kill -9
 // included: the algorithm's crash recovery is on (dmutex.WithRecovery:
-// Ricart-Agrawala's crash exclusion, Suzuki-Kasami's token regeneration;
-// other algorithms refuse -recovery), and a peer is suspected once its
+// Ricart-Agrawala's crash exclusion, Suzuki-Kasami's token regeneration,
+// centralized coordinator failover; other algorithms refuse -recovery), and a peer is suspected once its
 // connections have been down for -unreachable-after (a process that dies
 // closes them at once; keepalive pings every -keepalive find one that
 // hangs). The survivors go on entering, and the first entry after a
