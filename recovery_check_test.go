@@ -166,21 +166,10 @@ func TestCheckRecovery(t *testing.T) {
 		"| --- | --- | --- | --- | --- | --- | --- | --- | --- |\n" + strings.Join(lines, "") + notes.String()
 	const begin = "<!-- recovery table: go test -run TestCheckRecovery -dmutex.readme -dmutex.big . -->\n"
 	const end = "<!-- end recovery table -->\n"
-	readme, err := os.ReadFile("README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := string(readme)
-	i, j := strings.Index(s, begin), strings.Index(s, end)
-	if i < 0 || j < i {
-		t.Fatalf("README.md lacks the recovery table markers")
-	}
-	got := s[i+len(begin) : j]
+	got, rewrite := readmeSection(t, begin, end)
 	if *writeReadme {
 		if got != want {
-			if err := os.WriteFile("README.md", []byte(s[:i+len(begin)]+want+s[j:]), 0o644); err != nil {
-				t.Fatal(err)
-			}
+			rewrite(want)
 		}
 		return
 	}
@@ -193,6 +182,22 @@ func TestCheckRecovery(t *testing.T) {
 	for _, l := range append(lines, strings.SplitAfter(notes.String(), "\n")...) {
 		if !strings.Contains(got, l) {
 			t.Errorf("README.md's recovery table lacks %q; rerun with -dmutex.readme -dmutex.big", l)
+		}
+	}
+}
+
+// readmeSection returns README.md's text between the markers begin and
+// end, and a function that rewrites README.md with another text there.
+func readmeSection(t *testing.T, begin, end string) (got string, rewrite func(string)) {
+	t.Helper()
+	readme, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	before, got, after := section(t, string(readme), begin, end)
+	return got, func(want string) {
+		if err := os.WriteFile("README.md", []byte(before+want+after), 0o644); err != nil {
+			t.Fatal(err)
 		}
 	}
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"os"
 	"strings"
 	"testing"
 )
@@ -54,21 +53,11 @@ func TestRecoveryAtFour(t *testing.T) {
 	}
 	const begin = "<!-- recovery at n = 4: go test -run TestRecoveryAtFour -dmutex.four -dmutex.readme . -->\n"
 	const end = "<!-- end recovery at n = 4 -->\n"
-	readme, err := os.ReadFile("README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := string(readme)
-	i, j := strings.Index(s, begin), strings.Index(s, end)
-	if i < 0 || j < i {
-		t.Fatal("README.md lacks the markers of the n = 4 recovery table")
-	}
-	if got := s[i+len(begin) : j]; got != b.String() {
+	got, rewrite := readmeSection(t, begin, end)
+	if got != b.String() {
 		if !*writeReadme {
 			t.Fatalf("README.md's n = 4 recovery table is stale; rerun with -dmutex.readme. Want:\n%s", b.String())
 		}
-		if err := os.WriteFile("README.md", []byte(s[:i+len(begin)]+b.String()+s[j:]), 0o644); err != nil {
-			t.Fatal(err)
-		}
+		rewrite(b.String())
 	}
 }
