@@ -314,6 +314,53 @@ func TestLockAllocs(t *testing.T) {
 	}
 }
 
+// endsOnWait is a context that is live when LockContext first asks and
+// ended from its first Done on, so that the call queues a waiter and then
+// gives it up. It allocates nothing, and arm makes it live again.
+type endsOnWait struct {
+	context.Context
+	done  chan struct{}
+	ended bool
+}
+
+func (c *endsOnWait) Done() <-chan struct{} { c.ended = true; return c.done }
+
+func (c *endsOnWait) Err() error {
+	if c.ended {
+		return context.Canceled
+	}
+	return nil
+}
+
+func (c *endsOnWait) arm() { c.ended = false }
+
+// TestAbandonedWaitAllocsNothing gives up a queued LockContext behind a
+// holder, again and again: abandon must return the waiter to the pool, so
+// that a caller whose context ends costs no allocation either.
+func TestAbandonedWaitAllocsNothing(t *testing.T) {
+	if raceEnabled {
+		t.Skip("under the race detector sync.Pool drops a share of what is put back")
+	}
+	c := variant{alg: RicartAgrawala}.cluster(t, 2)
+	p0, p1 := c.Peer(0), c.Peer(1)
+	ctx := &endsOnWait{Context: context.Background(), done: make(chan struct{})}
+	close(ctx.done)
+	wrong := 0
+	round := func() {
+		p1.Lock()
+		ctx.arm()
+		if err := p0.LockContext(ctx); err != context.Canceled {
+			wrong++
+		}
+		p1.Unlock()
+	}
+	for range 10 {
+		round()
+	}
+	assert.Zero(t, testing.AllocsPerRun(500, round))
+	assert.Zero(t, wrong, "every LockContext behind the holder gives up with its context's error")
+}
+
 // TestAbandonAfterGrantAndClose plays the race that abandon documents: a
 // waiter whose context ended was given the critical section, and the peer
 // was closed, before abandon took the peer's mutex. The caller must get
