@@ -172,4 +172,44 @@ func TestCentralizedNeeds(t *testing.T) {
 	coord = newCentralizedMachine(t, 0, 3)
 	coord.step(event{kind: evRequest}, &out)
 	assert.Empty(t, coord.needs(nil), "the coordinator inside")
+
+	assert.Equal(t, []int{0}, heldByZero(t).needs(nil), "with recovery: coordinator 1 behind peer 0")
+}
+
+// TestCentralizedStateShowsEveryField holds the encoding to the machine
+// interface's promise, with recovery on: changing any one field of a
+// machine changes its encoding, so two machines that encode alike behave
+// alike.
+func TestCentralizedStateShowsEveryField(t *testing.T) {
+	base := func() *centralized {
+		c := recoveryMachine(t, 1, 3)
+		c.holder = 2
+		c.queue = []int{0}
+		c.term, c.req, c.held = 4, 5, 6
+		c.nums[0] = 7
+		return c
+	}
+	fields := []struct {
+		name string
+		set  func(c *centralized)
+	}{
+		{"wanting", func(c *centralized) { c.wanting = true }},
+		{"trying", func(c *centralized) { c.trying = true }},
+		{"holder", func(c *centralized) { c.holder = 0 }},
+		{"queue", func(c *centralized) { c.queue = []int{0, 2} }},
+		{"inside", func(c *centralized) { c.inside = true }},
+		{"term", func(c *centralized) { c.term = 7 }},
+		{"req", func(c *centralized) { c.req = 8 }},
+		{"suspected", func(c *centralized) { c.suspected[0] = true }},
+		{"collecting", func(c *centralized) { c.collecting = true }},
+		{"reported", func(c *centralized) { c.reported[2] = true }},
+		{"nums", func(c *centralized) { c.nums[2] = 1 }},
+		{"held", func(c *centralized) { c.held = 9 }},
+	}
+	want := base().appendState(nil)
+	for _, f := range fields {
+		c := base()
+		f.set(c)
+		assert.NotEqual(t, want, c.appendState(nil), f.name)
+	}
 }

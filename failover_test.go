@@ -32,6 +32,20 @@ func fmsg(k Kind, from, to int, term, ref uint64) event {
 	return event{kind: evMessage, msg: Message{Kind: k, From: from, To: to, TS: term, Ref: ref}}
 }
 
+// heldByZero is peer 1's machine as coordinator of term 1 with peer 0,
+// falsely suspected and trusted again, holding the lock: the way a
+// coordinator other than peer 0 comes to have peer 0 as its holder.
+func heldByZero(t *testing.T) *centralized {
+	t.Helper()
+	c := recoveryMachine(t, 1, 3)
+	fstep(c, suspect(0)) // peer 1 takes term 1
+	fstep(c, trust(0))   // peer 0 was alive after all
+	fstep(c, fmsg(KindStatus, 2, 1, 1, 0))
+	msgs, _ := fstep(c, fmsg(KindRequest, 0, 1, 1, 1))
+	require.Equal(t, []Message{{Kind: KindGrant, From: 1, To: 0, TS: 1, Ref: 1}}, msgs)
+	return c
+}
+
 func suspect(j int) event { return event{kind: evSuspect, msg: Message{From: j}} }
 func trust(j int) event   { return event{kind: evTrust, msg: Message{From: j}} }
 
@@ -138,6 +152,7 @@ func TestFailoverAdopt(t *testing.T) {
 	tr.step(fmsg(KindCoordinator, 1, 2, 1, 0), &out)
 	require.True(t, out.refused, "the try at the old coordinator is refused")
 	require.Equal(t, []Message{{Kind: KindStatus, From: 2, To: 1, TS: 1}}, out.msgs)
+	assert.Empty(t, tr.idleViolation(), "and kept no more")
 	_, entered = fstep(tr, fmsg(KindGrant, 0, 2, 0, 1))
 	require.False(t, entered)
 
@@ -153,6 +168,12 @@ func TestFailoverAdopt(t *testing.T) {
 	require.Empty(t, msgs, "a release to the old coordinator is ignored")
 	msgs, _ = fstep(old, event{kind: evRelease})
 	require.Equal(t, []Message{{Kind: KindRelease, From: 0, To: 1, TS: 1, Ref: 1}}, msgs)
+
+	rb := recoveryMachine(t, 1, 3) // a coordinator still rebuilding
+	fstep(rb, suspect(0))
+	require.True(t, rb.collecting)
+	fstep(rb, fmsg(KindCoordinator, 2, 1, 2, 0))
+	assert.False(t, rb.collecting, "it steps down and rebuilds no more")
 }
 
 // TestFailoverSuspectedHolder: a coordinator that suspects the holder
@@ -257,6 +278,8 @@ func TestFailoverRefusesForged(t *testing.T) {
 		{"grant of a future term", 2, fmsg(KindGrant, 0, 2, 3, 1)},
 		{"sender out of range", 2, fmsg(KindCoordinator, 7, 2, 7, 0)},
 		{"negative sender", 0, fmsg(KindRequest, -1, 0, 0, 1)},
+		{"sender n", 0, fmsg(KindRequest, 3, 0, 0, 1)},
+		{"sender the receiver", 0, fmsg(KindRequest, 0, 0, 0, 1)},
 		{"suspicion out of range", 1, suspect(3)},
 		{"suspicion of oneself", 1, suspect(1)},
 		{"trust out of range", 1, trust(-1)},
@@ -390,6 +413,7 @@ func TestFailoverTry(t *testing.T) {
 	var out output
 	cl.step(fmsg(KindBusy, 0, 2, 0, 1), &out)
 	require.True(t, out.refused)
+	assert.Empty(t, cl.idleViolation(), "a refused try keeps nothing")
 	fstep(cl, event{kind: evTry})
 	_, entered := fstep(cl, fmsg(KindGrant, 0, 2, 0, 2))
 	require.True(t, entered)
@@ -418,4 +442,37 @@ func TestFailoverTry(t *testing.T) {
 	require.False(t, nc.collecting)
 	msgs, _ = fstep(nc, fmsg(KindTry, 2, 1, 1, 2))
 	require.Equal(t, []Message{{Kind: KindGrant, From: 1, To: 2, TS: 1, Ref: 2}}, msgs)
+
+	hz := heldByZero(t)
+	out.reset()
+	hz.step(event{kind: evTry}, &out)
+	require.True(t, out.refused, "held by peer 0: coordinator 1's own try is refused")
+	msgs, _ = fstep(hz, fmsg(KindTry, 2, 1, 1, 2))
+	require.Equal(t, []Message{{Kind: KindBusy, From: 1, To: 2, TS: 1, Ref: 2}}, msgs, "held by peer 0: busy")
+
+	to := recoveryMachine(t, 1, 3) // its try is out at peer 0 when it takes over
+	fstep(to, event{kind: evTry})
+	out.reset()
+	to.step(suspect(0), &out)
+	require.True(t, out.refused, "the try at the old coordinator is refused")
+	assert.Equal(t, uint64(1), to.term)
+	assert.Empty(t, to.idleViolation(), "and kept no more")
+}
+
+// TestFailoverAdoptsUpToMaxTerm: an announcement or a hint of maxTerm
+// itself is adopted (only terms beyond it are refused), and at maxTerm a
+// peer takes over no more.
+func TestFailoverAdoptsUpToMaxTerm(t *testing.T) {
+	require.Equal(t, uint64(1), uint64(maxTerm)%3, "maxTerm is peer 1's term at n = 3")
+	p2 := recoveryMachine(t, 2, 3)
+	fstep(p2, fmsg(KindCoordinator, 1, 2, maxTerm, 0))
+	require.Equal(t, uint64(maxTerm), p2.term, "the announcement of maxTerm")
+	fstep(p2, suspect(0))
+	msgs, _ := fstep(p2, suspect(1))
+	assert.Empty(t, msgs, "no term above maxTerm")
+	assert.Equal(t, uint64(maxTerm), p2.term)
+
+	p0 := recoveryMachine(t, 0, 3)
+	fstep(p0, fmsg(KindStatus, 2, 0, maxTerm, 0))
+	assert.Equal(t, uint64(maxTerm), p0.term, "the hint of maxTerm")
 }

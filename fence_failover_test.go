@@ -75,3 +75,18 @@ func TestFailoverFenceEpoch(t *testing.T) {
 	assert.Greater(t, p.Fence(), uint64(FenceEpoch), "the new coordinator's own hold")
 	p.Unlock()
 }
+
+// TestFailoverFencesPastTheEpochs: a term's holds fence above
+// term·FenceEpoch only while that fits below MaxFence; from term
+// MaxFence/FenceEpoch on (reached only after a billion takeovers, or by
+// forged announcements) fences count on by one.
+func TestFailoverFencesPastTheEpochs(t *testing.T) {
+	c := recoveryMachine(t, 1, 3)
+	last := uint64(MaxFence/FenceEpoch - 1)
+	c.term = last
+	assert.Equal(t, last*FenceEpoch+1, c.nextFence(5), "the last term with an epoch")
+	for _, term := range []uint64{last + 1, maxTerm} {
+		c.term = term
+		assert.Equal(t, uint64(6), c.nextFence(5), "term %d", term)
+	}
+}
