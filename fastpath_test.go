@@ -19,6 +19,10 @@ type scripted struct {
 	countInState bool // the state changes every round, so rounds are no no-op
 	releaseSends bool // release sends a message, as a token ring passes its token
 	inside       bool
+
+	waitOnRequest   bool // a request waits (for nothing) instead of entering at once
+	refuseOnMessage bool // every message refuses the outstanding try
+	enterOnRelease  bool // broken: the release enters
 }
 
 func (s *scripted) step(ev event, out *output) {
@@ -28,12 +32,21 @@ func (s *scripted) step(ev event, out *output) {
 	switch ev.kind {
 	case evRequest:
 		s.requests++
-		s.inside = true
-		out.enter()
+		if !s.waitOnRequest {
+			s.inside = true
+			out.enter()
+		}
+	case evMessage:
+		if s.refuseOnMessage {
+			out.refuse()
+		}
 	case evRelease:
 		s.inside = false
 		if s.releaseSends {
 			out.send(Message{Kind: KindToken, From: 0, To: 1})
+		}
+		if s.enterOnRelease {
+			out.enter()
 		}
 	}
 }

@@ -369,6 +369,10 @@ func TestFenceNeverWraps(t *testing.T) {
 	}
 	assert.Equal(t, uint64(0), prev, "the fences ran out")
 	assert.Equal(t, uint64(41), p.Stats().Entries)
+
+	forgeFence(t, e, MaxFence) // MaxFence itself is a fence a peer accepts
+	eventually(t, "the message at MaxFence is taken", func() bool { return p.deliveredCount()+p.Stats().Refused == sent+2 })
+	assert.Equal(t, sent+1, p.deliveredCount(), "the message at MaxFence is stepped, not refused")
 }
 
 // TestWithVotingSetsCopiesWhenBuilt changes the caller's sets after WithVotingSets

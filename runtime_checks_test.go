@@ -105,9 +105,10 @@ func TestMalformedMessagesRefused(t *testing.T) {
 	require.Equal(t, KindRequest, req.Kind)
 
 	reply := Message{Kind: KindReply, From: 1, To: 0, Ref: req.TS}
-	bad := []Message{reply, reply, reply, reply}
+	bad := []Message{reply, reply, reply, reply, reply}
 	bad[0].From = 0 // from the receiver itself
 	bad[1].From = 2 // no such peer
+	bad[4].From = -1
 	bad[2].To = 1   // another receiver
 	bad[3].Kind = 0 // no kind
 	for _, m := range bad {
@@ -223,4 +224,112 @@ func TestLoweredDelayKeepsPairFIFO(t *testing.T) {
 	for want := uint64(1); want <= 5; want++ {
 		assert.Equal(t, want, recvWithin(t, e1).TS)
 	}
+}
+
+// TestDeliverAfterCloseStepsNothing: a message that reaches the peer
+// after Close (a Deliverer may push one from its own goroutine while
+// Close runs) is dropped: the machine is not stepped, and the message is
+// counted neither as delivered nor as refused.
+func TestDeliverAfterCloseStepsNothing(t *testing.T) {
+	m := newScripted()
+	p, _ := scriptedPeer(t, m)
+	require.NoError(t, p.Close())
+	assert.False(t, p.deliver(Message{Kind: KindReply, From: 1, To: 0}))
+	assert.NotContains(t, m.events(), evMessage, "the machine was stepped")
+	assert.Zero(t, p.deliveredCount())
+	assert.Zero(t, p.Stats().Refused)
+}
+
+// TestBrokenMachineEntriesPanic: a machine that enters while the peer is
+// already inside, or on a release, has broken mutual exclusion, and the
+// runtime panics rather than hand the lock to a second caller.
+func TestBrokenMachineEntriesPanic(t *testing.T) {
+	p, _ := scriptedPeer(t, newScripted()) // its machine enters on every request
+	p.Lock()
+	p.mu.Lock()
+	assert.Panics(t, p.takeLocked, "an entry while inside")
+	p.mu.Unlock()
+	p.Unlock()
+	assert.Equal(t, uint64(1), p.Stats().Entries)
+
+	m := newScripted()
+	m.enterOnRelease = true
+	p, _ = scriptedPeer(t, m)
+	p.Lock()
+	assert.Panics(t, p.Unlock, "an entry on the release")
+}
+
+// queueBehindTry starts a TryLockContext on p, whose machine answers a
+// try only when a message comes, and a LockContext with ctx behind it,
+// and returns their results once both wait.
+func queueBehindTry(t *testing.T, p *Peer, ctx context.Context) (tried, locked <-chan error) {
+	t.Helper()
+	tc, lc := make(chan error, 1), make(chan error, 1)
+	queued := func(n int) func() bool {
+		return func() bool {
+			p.mu.Lock()
+			defer p.mu.Unlock()
+			return len(p.waiters) == n && p.tryWaiter != nil
+		}
+	}
+	go func() { tc <- p.TryLockContext(context.Background()) }()
+	eventually(t, "the try waits", queued(1))
+	go func() { lc <- p.LockContext(ctx) }()
+	eventually(t, "the Lock caller queues behind the try", queued(2))
+	return tc, lc
+}
+
+// TestLockAfterRefusedTry: when the try a Lock caller queued behind is
+// refused, the peer requests for that caller; a request that enters at
+// once admits it, and one that waits is outstanding, so that a TryLock
+// after the caller gave up is refused at once instead of trying again
+// beside it.
+func TestLockAfterRefusedTry(t *testing.T) {
+	m := newScripted()
+	m.refuseOnMessage = true
+	p, _ := scriptedPeer(t, m)
+	tried, locked := queueBehindTry(t, p, context.Background())
+	p.deliver(Message{Kind: KindBusy, From: 1, To: 0})
+	require.ErrorIs(t, <-tried, ErrLocked)
+	select {
+	case err := <-locked:
+		require.NoError(t, err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the Lock caller was not admitted on the request that entered at once")
+	}
+	p.Unlock()
+
+	m = newScripted()
+	m.refuseOnMessage, m.waitOnRequest = true, true
+	p, _ = scriptedPeer(t, m)
+	ctx, cancel := context.WithCancel(context.Background())
+	tried, locked = queueBehindTry(t, p, ctx)
+	p.deliver(Message{Kind: KindBusy, From: 1, To: 0})
+	require.ErrorIs(t, <-tried, ErrLocked)
+	cancel()
+	require.ErrorIs(t, <-locked, context.Canceled)
+	ends := &endsOnWait{Context: context.Background(), done: make(chan struct{})}
+	close(ends.done)
+	assert.ErrorIs(t, p.TryLockContext(ends), ErrLocked, "the request for the caller that gave up is outstanding")
+	evs := m.events()
+	assert.Equal(t, []eventKind{evTry, evMessage, evRequest}, evs)
+}
+
+// TestWithdrawnEntryTakesAFence: a request whose caller gave up is still
+// granted, and the peer enters and leaves at once; that entry takes a
+// fencing token as any other does, so that fences stay in step with the
+// machine's entries, and the peer's next hold has the one after it.
+func TestWithdrawnEntryTakesAFence(t *testing.T) {
+	c := variant{alg: RicartAgrawala}.cluster(t, 2)
+	p0, p1 := c.peers[0], c.peers[1]
+	p1.Lock()
+	f1 := p1.Fence()
+	ends := &endsOnWait{Context: context.Background(), done: make(chan struct{})}
+	close(ends.done)
+	require.ErrorIs(t, p0.LockContext(ends), context.Canceled)
+	p1.Unlock()
+	eventually(t, "peer 0 takes peer 1's reply, enters for the withdrawn request and leaves", func() bool { return p0.deliveredCount() == 2 })
+	p0.Lock()
+	assert.Equal(t, f1+2, p0.Fence(), "the withdrawn entry took fence %d", f1+1)
+	p0.Unlock()
 }
