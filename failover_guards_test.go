@@ -50,6 +50,17 @@ func TestFailoverGuards(t *testing.T) {
 	assert.Equal(t, uint64(1), nc.term)
 	assert.Equal(t, -1, nc.holder)
 
+	// A request that comes twice (a duplicating transport, a forgery) is
+	// queued once, and served once.
+	dq := recoveryMachine(t, 0, 3)
+	fstep(dq, fmsg(KindRequest, 1, 0, 0, 1))
+	fstep(dq, fmsg(KindRequest, 2, 0, 0, 1))
+	quiet(t, dq, fmsg(KindRequest, 2, 0, 0, 1), "a request again while queued")
+	msgs, _ = fstep(dq, fmsg(KindRelease, 1, 0, 0, 1))
+	require.Equal(t, []Message{{Kind: KindGrant, From: 0, To: 2, TS: 0, Ref: 1}}, msgs)
+	msgs, _ = fstep(dq, fmsg(KindRelease, 2, 0, 0, 1))
+	assert.Empty(t, msgs, "peer 2 is served once")
+
 	// A hint naming peer 1's own term (forged: only peer 1 can have
 	// started it) makes it coordinator while inside by a grant of term 0,
 	// with nobody as its holder; it grants peer 2, and its own release
