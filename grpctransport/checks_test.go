@@ -54,6 +54,64 @@ func TestNewChecksOwnCertificate(t *testing.T) {
 	require.NoError(t, tr.Close())
 }
 
+// TestNewChecksCertificateChain checks the parts of a certificate chain
+// that New parses: a leaf or an intermediate that does not parse is
+// refused with an error, never a panic, and a leaf issued by an
+// intermediate authority passes when the intermediate follows it. An
+// extended key usage without a name is shown by its number.
+func TestNewChecksCertificateChain(t *testing.T) {
+	ca := testpki.New(t)
+	inter := ca.Intermediate(t)
+	addrs := []string{"127.0.0.1:1", "127.0.0.1:2"}
+	cfg := func(c tls.Certificate) *tls.Config {
+		return &tls.Config{Certificates: []tls.Certificate{c}, RootCAs: ca.Pool, MinVersion: tls.VersionTLS13}
+	}
+	viaInter := inter.Issue(t, PeerName(1))
+	withChain := func(c tls.Certificate, more ...[]byte) tls.Certificate {
+		c.Certificate = append(append([][]byte(nil), c.Certificate...), more...)
+		return c
+	}
+	refused := []struct {
+		name string
+		cfg  *tls.Config
+		want string
+	}{
+		{"leaf does not parse", cfg(tls.Certificate{Certificate: [][]byte{{1, 2, 3}}}), "peer 1: certificate does not parse"},
+		{"intermediate does not parse", cfg(withChain(viaInter, []byte{1, 2, 3})), "intermediate certificate does not parse"},
+		{"intermediate left out", cfg(viaInter), "does not chain to the given authority"},
+		{"code signing only", cfg(ca.IssueFor(t, []x509.ExtKeyUsage{x509.ExtKeyUsageCodeSigning}, PeerName(1))),
+			"does not allow server authentication (extended key usage [usage(3)])"},
+	}
+	for _, tt := range refused {
+		t.Run(tt.name, func(t *testing.T) {
+			tr, err := New(1, addrs, WithTLS(tt.cfg))
+			require.Nil(t, tr)
+			require.ErrorIs(t, err, ErrCertificate)
+			require.ErrorIs(t, err, dmutex.ErrInvalidConfig)
+			assert.Contains(t, err.Error(), tt.want)
+		})
+	}
+
+	pick := func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return nil, nil }
+	accepted := []struct {
+		name string
+		cfg  *tls.Config
+	}{
+		{"leaf and intermediate", cfg(withChain(viaInter, inter.Cert.Raw))},
+		{"GetCertificate, no Certificates", &tls.Config{GetCertificate: pick, RootCAs: ca.Pool, MinVersion: tls.VersionTLS13}},
+		{"GetCertificate beside an empty certificate", &tls.Config{Certificates: []tls.Certificate{{}}, GetCertificate: pick, RootCAs: ca.Pool, MinVersion: tls.VersionTLS13}},
+	}
+	for _, tt := range accepted {
+		t.Run(tt.name, func(t *testing.T) {
+			ls, laddrs := listeners(t, 2)
+			require.NoError(t, ls[0].Close())
+			tr, err := New(1, laddrs, WithListener(ls[1]), WithTLS(tt.cfg), quiet)
+			require.NoError(t, err)
+			require.NoError(t, tr.Close())
+		})
+	}
+}
+
 // TestNewRefusesDuplicateAddresses checks that two peers at one address
 // are refused, with both ids named, whatever the case of the host.
 func TestNewRefusesDuplicateAddresses(t *testing.T) {

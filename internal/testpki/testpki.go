@@ -34,6 +34,18 @@ var serial atomic.Int64
 // New makes an authority valid for an hour either side of now.
 func New(t testing.TB) *CA {
 	t.Helper()
+	return newCA(t, nil)
+}
+
+// Intermediate makes an authority that ca signs. Its Pool trusts it
+// alone; a certificate it issues chains to ca when the intermediate's own
+// certificate (Cert.Raw) follows it in the chain.
+func (ca *CA) Intermediate(t testing.TB) *CA {
+	t.Helper()
+	return newCA(t, ca)
+}
+
+func newCA(t testing.TB, parent *CA) *CA {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	require.NoError(t, err)
 	tmpl := &x509.Certificate{
@@ -45,7 +57,12 @@ func New(t testing.TB) *CA {
 		KeyUsage:              x509.KeyUsageCertSign,
 		BasicConstraintsValid: true,
 	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	issuer, signer := tmpl, key
+	if parent != nil {
+		tmpl.Subject.CommonName = "dmutex test intermediate authority"
+		issuer, signer = parent.Cert, parent.key
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, issuer, &key.PublicKey, signer)
 	require.NoError(t, err)
 	cert, err := x509.ParseCertificate(der)
 	require.NoError(t, err)
