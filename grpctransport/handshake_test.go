@@ -1,14 +1,18 @@
 package grpctransport
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
+	"net"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc/credentials"
 
 	"github.com/dmutex/dmutex/internal/testpki"
 )
@@ -94,4 +98,128 @@ func TestShutdownLogsNoWarning(t *testing.T) {
 		assert.NotContains(t, out, "level=WARN", "peer %d", i)
 		assert.NotContains(t, out, "level=ERROR", "peer %d", i)
 	}
+}
+
+// TestHandshakeWarningsRateLimited drives handshakeLog.warn directly: a
+// reason is warned about the first time, logged at debug level while its
+// last warning is less than warnEvery old, and warned about again after,
+// each reason (key) on its own. The test moves the recorded times rather
+// than wait for the clock.
+func TestHandshakeWarningsRateLimited(t *testing.T) {
+	var logs logBuffer
+	h := &handshakeLog{log: logs.logger()}
+	lines := func() []string {
+		out := strings.Split(strings.TrimSpace(logs.String()), "\n")
+		logs.mu.Lock()
+		logs.buf.Reset()
+		logs.mu.Unlock()
+		return out
+	}
+	one := func(level, msg string) {
+		t.Helper()
+		got := lines()
+		require.Len(t, got, 1, "%q", got)
+		assert.Contains(t, got[0], "level="+level)
+		assert.Contains(t, got[0], msg)
+	}
+
+	h.warn("a", "first a", "n", 1)
+	one("WARN", "first a")
+	require.Contains(t, h.last, "a", "the warning's time is recorded")
+	h.warn("b", "first b")
+	one("WARN", "first b")
+
+	h.last["a"] = time.Now().Add(time.Hour) // a warning that is surely recent
+	h.warn("a", "repeated a")
+	one("DEBUG", "repeated a")
+
+	old := time.Now().Add(-warnEvery - time.Minute)
+	h.last["a"] = old
+	h.warn("a", "late a")
+	one("WARN", "late a")
+	assert.True(t, h.last["a"].After(old), "the new warning's time is recorded")
+}
+
+// failingCreds are server credentials whose every handshake fails.
+type failingCreds struct {
+	credentials.TransportCredentials
+}
+
+func (failingCreds) ServerHandshake(net.Conn) (net.Conn, credentials.AuthInfo, error) {
+	return nil, nil, errors.New("tls: no good")
+}
+
+// TestRefusalCredsQuietWhenClosing checks refusalCreds alone: a refused
+// handshake is warned about with its reason while the transport runs,
+// and not at all once it is closing, when peers hang up in mid-handshake
+// as a matter of course.
+func TestRefusalCredsQuietWhenClosing(t *testing.T) {
+	var logs logBuffer
+	tr := &Transport{done: make(chan struct{}), handshakes: handshakeLog{log: logs.logger()}}
+	c := refusalCreds{failingCreds{}, tr}
+	a, b := net.Pipe()
+	defer func() { _ = a.Close(); _ = b.Close() }()
+
+	_, _, err := c.ServerHandshake(a)
+	require.ErrorContains(t, err, "tls: no good")
+	assert.Contains(t, logs.String(), "level=WARN")
+	assert.Contains(t, logs.String(), "refused a TLS handshake")
+
+	close(tr.done)
+	logs.mu.Lock()
+	logs.buf.Reset()
+	logs.mu.Unlock()
+	tr.handshakes.last = nil // the same reason would be rate-limited otherwise
+	_, _, err = c.ServerHandshake(a)
+	require.ErrorContains(t, err, "tls: no good", "the error still goes to gRPC")
+	assert.Empty(t, logs.String())
+}
+
+// clientCreds are client credentials whose handshake returns raw itself,
+// or fails with err.
+type clientCreds struct {
+	credentials.TransportCredentials
+	err error
+}
+
+func (c clientCreds) ClientHandshake(_ context.Context, _ string, raw net.Conn) (net.Conn, credentials.AuthInfo, error) {
+	if c.err != nil {
+		return nil, nil, c.err
+	}
+	return raw, nil, nil
+}
+
+// TestClientTLSRecordsWhatTheLinkSaw checks what clientTLS and heardConn
+// note for watchHandshakes: each handshake resets heard and records
+// whether it succeeded, and only a read that returns data counts as
+// having heard from the peer, once.
+func TestClientTLSRecordsWhatTheLinkSaw(t *testing.T) {
+	var s linkTLS
+	a, b := net.Pipe()
+	defer func() { _ = b.Close() }()
+
+	s.heard.Store(true) // from an earlier connection
+	conn, _, err := clientTLS{clientCreds{}, &s}.ClientHandshake(context.Background(), "peer-0", a)
+	require.NoError(t, err)
+	assert.True(t, s.shook.Load(), "the handshake succeeded")
+	assert.False(t, s.heard.Load(), "nothing heard on the new connection yet")
+
+	go func() { _, _ = b.Write([]byte("x")) }()
+	buf := make([]byte, 4)
+	n, err := conn.Read(buf)
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	assert.True(t, s.heard.Load(), "a read with data counts")
+
+	s.heard.Store(false)
+	require.NoError(t, b.Close())
+	n, err = conn.Read(buf)
+	require.Error(t, err)
+	require.Zero(t, n)
+	assert.False(t, s.heard.Load(), "a read without data does not count")
+
+	_, _, err = clientTLS{clientCreds{err: errors.New("tls: bad")}, &s}.ClientHandshake(context.Background(), "peer-0", a)
+	require.ErrorContains(t, err, "tls: bad")
+	assert.False(t, s.shook.Load(), "the handshake failed")
+	assert.False(t, s.heard.Load())
 }
