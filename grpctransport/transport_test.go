@@ -7,11 +7,13 @@ import (
 	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -724,4 +726,131 @@ func TestSetDeliver(t *testing.T) {
 	require.NoError(t, trs[0].Send(1, msg(0, 1, 2)))
 	got := receive(t, trs[1], 1, 10*time.Second)
 	assert.Equal(t, uint64(2), got[0].TS)
+}
+
+// countingStream counts the frames a stream handler receives.
+type countingStream struct {
+	grpc.ServerStream
+	frames *atomic.Int64
+}
+
+func (s countingStream) RecvMsg(m any) error {
+	err := s.ServerStream.RecvMsg(m)
+	if err == nil {
+		s.frames.Add(1)
+	}
+	return err
+}
+
+// TestOneStreamCarriesEachFrameOnce opens the streams with a barrier,
+// then has four goroutines of peer 0 send requests and tokens to peer 1
+// at once, so that Send writes some frames itself and the link's
+// goroutine the others (tokens always), and counts on peer 1's server
+// what came over the wire. On a stream that never breaks, each frame
+// crosses once, in order: the hello, the first barrier's marker, every
+// message, and the second barrier's marker, which shows that every frame
+// before it has arrived. A frame written twice, or one written ahead of
+// another, which the receiver refuses and the sender then resends on a
+// new stream, shows as a count off, a second stream, or a refusal.
+func TestOneStreamCarriesEachFrameOnce(t *testing.T) {
+	const senders, each = 4, 150
+	var streams, frames atomic.Int64
+	trs := startTransports(t, 2, func(id int) []Option {
+		if id != 1 {
+			return []Option{Insecure()}
+		}
+		count := func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+			if info.FullMethod != "/dmutex.wire.v1.Link/Connect" {
+				return h(srv, ss)
+			}
+			streams.Add(1)
+			return h(srv, countingStream{ss, &frames})
+		}
+		return []Option{Insecure(), WithServerOptions(grpc.ChainStreamInterceptor(count))}
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	barrier := func() {
+		t.Helper()
+		done := make(chan error, 1)
+		go func() { done <- trs[1].Barrier(ctx) }()
+		require.NoError(t, trs[0].Barrier(ctx))
+		require.NoError(t, <-done)
+	}
+	barrier()
+
+	var wg sync.WaitGroup
+	for g := range senders {
+		wg.Go(func() {
+			for i := range each {
+				m := msg(0, 1, uint64(g*1000+i+1))
+				if i%3 == 2 {
+					m.Kind, m.Token = dmutex.KindToken, &dmutex.Token{LN: []uint64{uint64(i), 1}, Queue: []int{1}}
+				}
+				assert.NoError(t, trs[0].Send(1, m))
+			}
+		})
+	}
+	wg.Wait()
+	got := receive(t, trs[1], senders*each, 30*time.Second)
+	next := map[uint64]uint64{}
+	for _, m := range got {
+		g := m.TS / 1000
+		next[g]++
+		require.Equal(t, g*1000+next[g], m.TS, "sender %d's messages out of order or repeated", g)
+	}
+	barrier()
+
+	require.Zero(t, trs[1].Stats().Refused, "peer 1 refused a stream")
+	require.Equal(t, int64(1), streams.Load(), "streams from peer 0")
+	assert.Equal(t, int64(1+1+senders*each+1), frames.Load(), "frames on the stream: the hello, a marker, the messages, a marker")
+	assert.Zero(t, trs[0].Stats().Resent)
+}
+
+// ackingServer is a peer's link server that answers each stream's hello
+// with the acknowledgement ack and then keeps the stream open.
+type ackingServer struct {
+	wirepb.UnimplementedLinkServer
+	ack     uint64
+	streams chan struct{} // one value per stream whose hello arrived
+}
+
+func (s *ackingServer) Connect(stream wirepb.Link_ConnectServer) error {
+	if _, err := stream.Recv(); err != nil {
+		return err
+	}
+	s.streams <- struct{}{}
+	if err := stream.Send(&wirepb.Ack{Seq: s.ack}); err != nil {
+		return err
+	}
+	<-stream.Context().Done()
+	return nil
+}
+
+// TestAckOfFramesNeverQueuedEndsTheStream has a fake peer 1 acknowledge
+// frame 1 to a transport that has queued nothing for it: the sender must
+// say so, drop that stream and open another, rather than believe the
+// acknowledgement (which would cut frames from an empty queue).
+func TestAckOfFramesNeverQueuedEndsTheStream(t *testing.T) {
+	ls, addrs := listeners(t, 2)
+	fake := &ackingServer{ack: 1, streams: make(chan struct{}, 16)}
+	srv := grpc.NewServer()
+	wirepb.RegisterLinkServer(srv, fake)
+	served := make(chan struct{})
+	go func() { defer close(served); _ = srv.Serve(ls[1]) }()
+	defer func() { srv.Stop(); <-served }()
+
+	var logs logBuffer
+	tr, err := New(0, addrs, WithListener(ls[0]), Insecure(), fastRetry, WithLogger(logs.logger()))
+	require.NoError(t, err)
+	defer func() { require.NoError(t, tr.Close()) }()
+	for k := range 2 {
+		select {
+		case <-fake.streams:
+		case <-time.After(30 * time.Second):
+			require.FailNow(t, "no new stream", "stream %d never came: %s", k+1, logs.String())
+		}
+	}
+	assert.Contains(t, logs.String(), "peer 1 acknowledged frame 1, but only 0 were queued")
+	assert.Zero(t, tr.unacked(1))
 }
