@@ -15,6 +15,8 @@ import (
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/connectivity"
+	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
@@ -304,6 +306,8 @@ func TestRestartedSender(t *testing.T) {
 	// The refused process is no part of the cluster: unreachable for good,
 	// though its connection is up, so that a failure detector built on
 	// Reachable never trusts it again.
+	require.Eventually(t, func() bool { return tr0.out[1].conn.GetState() == connectivity.Ready }, 30*time.Second, time.Millisecond,
+		"peer 0's connection to the new process")
 	ok, since := tr0.Reachable(1)
 	assert.False(t, ok, "the refused restart is reachable")
 	assert.False(t, since.IsZero())
@@ -728,6 +732,28 @@ func TestSetDeliver(t *testing.T) {
 	assert.Equal(t, uint64(2), got[0].TS)
 }
 
+// TestSetDeliverAfterBarrier passes a Barrier, whose markers cross both
+// ways, before either side chose how to deliver: a marker is not a
+// message, so SetDeliver still succeeds. A second Barrier's marker does
+// not reach SetDeliver's function either; the message after it does.
+func TestSetDeliverAfterBarrier(t *testing.T) {
+	trs := startTransports(t, 2, insecureOpts)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	barrier := func() {
+		done := make(chan error, 1)
+		go func() { done <- trs[1].Barrier(ctx) }()
+		require.NoError(t, trs[0].Barrier(ctx))
+		require.NoError(t, <-done)
+	}
+	barrier()
+	deliverDirect(t, trs[0], 2)
+	barrier()
+	require.NoError(t, trs[1].Send(0, msg(1, 0, 1)))
+	requireInOrder(t, receive(t, trs[0], 1, 10*time.Second), []int{1}, 1)
+	assert.Equal(t, uint64(1), trs[0].Stats().Delivered)
+}
+
 // countingStream counts the frames a stream handler receives.
 type countingStream struct {
 	grpc.ServerStream
@@ -754,29 +780,7 @@ func (s countingStream) RecvMsg(m any) error {
 // new stream, shows as a count off, a second stream, or a refusal.
 func TestOneStreamCarriesEachFrameOnce(t *testing.T) {
 	const senders, each = 4, 150
-	var streams, frames atomic.Int64
-	trs := startTransports(t, 2, func(id int) []Option {
-		if id != 1 {
-			return []Option{Insecure()}
-		}
-		count := func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
-			if info.FullMethod != "/dmutex.wire.v1.Link/Connect" {
-				return h(srv, ss)
-			}
-			streams.Add(1)
-			return h(srv, countingStream{ss, &frames})
-		}
-		return []Option{Insecure(), WithServerOptions(grpc.ChainStreamInterceptor(count))}
-	})
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	barrier := func() {
-		t.Helper()
-		done := make(chan error, 1)
-		go func() { done <- trs[1].Barrier(ctx) }()
-		require.NoError(t, trs[0].Barrier(ctx))
-		require.NoError(t, <-done)
-	}
+	trs, streams, frames, barrier := countedPair(t)
 	barrier()
 
 	var wg sync.WaitGroup
@@ -805,6 +809,66 @@ func TestOneStreamCarriesEachFrameOnce(t *testing.T) {
 	require.Equal(t, int64(1), streams.Load(), "streams from peer 0")
 	assert.Equal(t, int64(1+1+senders*each+1), frames.Load(), "frames on the stream: the hello, a marker, the messages, a marker")
 	assert.Zero(t, trs[0].Stats().Resent)
+}
+
+// countedPair starts two transports and counts, on peer 1's server, the
+// link streams and the frames that arrive on them; barrier has both pass
+// a Barrier.
+func countedPair(t *testing.T) (trs []*Transport, streams, frames *atomic.Int64, barrier func()) {
+	streams, frames = new(atomic.Int64), new(atomic.Int64)
+	trs = startTransports(t, 2, func(id int) []Option {
+		if id != 1 {
+			return []Option{Insecure()}
+		}
+		count := func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+			if info.FullMethod != "/dmutex.wire.v1.Link/Connect" {
+				return h(srv, ss)
+			}
+			streams.Add(1)
+			return h(srv, countingStream{ss, frames})
+		}
+		return []Option{Insecure(), WithServerOptions(grpc.ChainStreamInterceptor(count))}
+	})
+	barrier = func() {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		done := make(chan error, 1)
+		go func() { done <- trs[1].Barrier(ctx) }()
+		require.NoError(t, trs[0].Barrier(ctx))
+		require.NoError(t, <-done)
+	}
+	return trs, streams, frames, barrier
+}
+
+// TestConcurrentSendsLeaveNothingBehind has two goroutines of peer 0
+// send one message each at the same instant, round after round, and
+// waits for both to arrive before the next round. One of the two Sends
+// may find the other writing its frame directly and leave its own to the
+// link's goroutine, whose wake-up can come while that write still goes
+// on: the writer must then wake the link again, or the frame waits for a
+// Send that never comes. Each frame must still cross once.
+func TestConcurrentSendsLeaveNothingBehind(t *testing.T) {
+	const rounds = 300
+	trs, streams, frames, barrier := countedPair(t)
+	barrier()
+	for r := range rounds {
+		start := make(chan struct{})
+		var wg sync.WaitGroup
+		for g := range 2 {
+			wg.Go(func() {
+				<-start
+				assert.NoError(t, trs[0].Send(1, msg(0, 1, uint64(2*r+g+1))))
+			})
+		}
+		close(start)
+		wg.Wait()
+		got := receive(t, trs[1], 2, 30*time.Second)
+		assert.ElementsMatch(t, []uint64{uint64(2*r + 1), uint64(2*r + 2)}, []uint64{got[0].TS, got[1].TS}, "round %d", r)
+	}
+	barrier()
+	require.Equal(t, int64(1), streams.Load(), "streams from peer 0")
+	assert.Equal(t, int64(1+1+2*rounds+1), frames.Load(), "frames on the stream: the hello, a marker, the messages, a marker")
 }
 
 // ackingServer is a peer's link server that answers each stream's hello
@@ -853,4 +917,185 @@ func TestAckOfFramesNeverQueuedEndsTheStream(t *testing.T) {
 	}
 	assert.Contains(t, logs.String(), "peer 1 acknowledged frame 1, but only 0 were queued")
 	assert.Zero(t, tr.unacked(1))
+}
+
+// TestSeparateAcksWhenNothingGoesBack sends two batches from peer 0 to
+// peer 1, which sends nothing back, so no frame can carry an
+// acknowledgement: each batch must be acknowledged by a separate Ack
+// after ackDelay, on the same stream, which stays open. The first batch
+// arms the handler's timer and the second must arm it again.
+func TestSeparateAcksWhenNothingGoesBack(t *testing.T) {
+	trs, streams, _, barrier := countedPair(t)
+	barrier()
+	for b := range 2 {
+		for i := range 10 {
+			require.NoError(t, trs[0].Send(1, msg(0, 1, uint64(10*b+i+1))))
+		}
+		receive(t, trs[1], 10, 30*time.Second)
+		require.Eventually(t, func() bool { return trs[0].unacked(1) == 0 }, 30*time.Second, time.Millisecond,
+			"batch %d never acknowledged", b+1)
+	}
+	assert.Equal(t, int64(1), streams.Load(), "streams from peer 0")
+	assert.Zero(t, trs[1].Stats().Refused)
+}
+
+// TestCloseFlushesTheLastAck turns timed acknowledgements off (their
+// delay is an hour) and has peer 1, which sends nothing back, close after
+// a message from peer 0 arrived: Close must send the acknowledgement of
+// what was delivered, so that peer 0 forgets the message.
+func TestCloseFlushesTheLastAck(t *testing.T) {
+	d := ackDelay
+	ackDelay = time.Hour
+	trs := startTransports(t, 2, insecureOpts)
+	ackDelay = d
+	require.NoError(t, trs[0].Send(1, msg(0, 1, 1)))
+	receive(t, trs[1], 1, 30*time.Second)
+	require.Equal(t, 1, trs[0].unacked(1), "acknowledged before Close")
+	require.NoError(t, trs[1].Close())
+	require.Eventually(t, func() bool { return trs[0].unacked(1) == 0 }, 30*time.Second, time.Millisecond,
+		"Close did not acknowledge what peer 1 delivered")
+}
+
+// TestStreamEndingBeforeHelloIsNotRefused opens a stream to peer 0 and
+// closes its sending side at once, as a client that gives up does: the
+// stream ends normally, and nothing is counted as refused.
+func TestStreamEndingBeforeHelloIsNotRefused(t *testing.T) {
+	var logs logBuffer
+	ls, addrs := listeners(t, 2)
+	require.NoError(t, ls[1].Close())
+	tr, err := New(0, addrs, WithListener(ls[0]), Insecure(), fastRetry, WithLogger(logs.logger()))
+	require.NoError(t, err)
+	defer func() { require.NoError(t, tr.Close()) }()
+
+	conn, err := grpc.NewClient(addrs[0], grpc.WithTransportCredentials(insecure.NewCredentials()))
+	require.NoError(t, err)
+	defer func() { _ = conn.Close() }()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	s, err := conn.NewStream(ctx, &grpc.StreamDesc{ClientStreams: true, ServerStreams: true},
+		"/dmutex.wire.v1.Link/Connect", grpc.ForceCodec(rawCodec{}))
+	require.NoError(t, err)
+	require.NoError(t, s.CloseSend())
+	var b []byte
+	require.ErrorIs(t, s.RecvMsg(&b), io.EOF, "the server ends the stream normally")
+	assert.Zero(t, tr.Stats().Refused)
+	assert.NotContains(t, logs.String(), "level=ERROR")
+}
+
+// TestStreamResumesWhereDeliveryStopped plays a sender process, peer 1
+// with one epoch, over raw streams to peer 0: after frame 1 was delivered
+// on a first stream, a second stream of the same process may resume at
+// frame 1 or 2, and its hello is acknowledged with 1, so the sender
+// learns what the first stream delivered; one that resumes at frame 3
+// leaves frame 2 out and is refused.
+func TestStreamResumesWhereDeliveryStopped(t *testing.T) {
+	const n = 3
+	ls, addrs := listeners(t, n)
+	for _, l := range ls[1:] {
+		require.NoError(t, l.Close())
+	}
+	tr, err := New(0, addrs, WithListener(ls[0]), Insecure(), fastRetry, quiet)
+	require.NoError(t, err)
+	defer func() { require.NoError(t, tr.Close()) }()
+	conn, err := grpc.NewClient(addrs[0], grpc.WithTransportCredentials(insecure.NewCredentials()))
+	require.NoError(t, err)
+	defer func() { _ = conn.Close() }()
+
+	open := func(ctx context.Context, firstSeq uint64, frames ...*wirepb.Frame) func() (*wirepb.Ack, error) {
+		return openStream(t, ctx, conn, &wirepb.Hello{From: 1, To: 0, N: n, Epoch: 77, FirstSeq: firstSeq}, frames...)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	first, stop := context.WithCancel(ctx)
+	next := open(first, 1, &wirepb.Frame{Seq: 1, Msg: toWire(msg(1, 0, 1))})
+	for {
+		a, err := next()
+		require.NoError(t, err)
+		if a.GetSeq() == 1 {
+			break // frame 1 delivered and acknowledged
+		}
+	}
+	stop()
+	require.Equal(t, msg(1, 0, 1), receive(t, tr, 1, 30*time.Second)[0])
+
+	_, err = open(ctx, 3)()
+	require.Equal(t, codes.InvalidArgument, status.Code(err), "%v", err)
+	assert.Contains(t, status.Convert(err).Message(), "stream resumes at frame 3, but frame 2 is missing")
+
+	for _, firstSeq := range []uint64{1, 2} {
+		s, stop := context.WithCancel(ctx)
+		a, err := open(s, firstSeq)()
+		require.NoError(t, err, "a stream resuming at frame %d", firstSeq)
+		assert.Equal(t, uint64(1), a.GetSeq(), "the hello's acknowledgement of a stream resuming at frame %d", firstSeq)
+		stop()
+	}
+
+	// A gap inside a stream is refused too, and the sender's next stream
+	// is served.
+	next = open(ctx, 2, &wirepb.Frame{Seq: 3, Msg: toWire(msg(1, 0, 3))})
+	for {
+		_, err := next()
+		if err != nil {
+			require.Equal(t, codes.InvalidArgument, status.Code(err), "%v", err)
+			assert.Contains(t, status.Convert(err).Message(), "frame 3 after frame 1")
+			break
+		}
+	}
+	s, stop := context.WithCancel(ctx)
+	defer stop()
+	a, err := open(s, 2)()
+	require.NoError(t, err)
+	assert.Equal(t, uint64(1), a.GetSeq())
+	assert.Equal(t, uint64(2), tr.Stats().Refused)
+}
+
+// openStream starts a raw Link.Connect stream on conn, sends the hello and
+// the frames, and returns a function that reads the next Ack.
+func openStream(t *testing.T, ctx context.Context, conn *grpc.ClientConn, hello *wirepb.Hello, frames ...*wirepb.Frame) func() (*wirepb.Ack, error) {
+	t.Helper()
+	s, err := conn.NewStream(ctx, &grpc.StreamDesc{ClientStreams: true, ServerStreams: true},
+		"/dmutex.wire.v1.Link/Connect", grpc.ForceCodec(rawCodec{}))
+	require.NoError(t, err)
+	for _, f := range append([]*wirepb.Frame{{Hello: hello}}, frames...) {
+		b, err := proto.Marshal(f)
+		require.NoError(t, err)
+		require.NoError(t, s.SendMsg(&b))
+	}
+	return func() (*wirepb.Ack, error) {
+		var b []byte
+		if err := s.RecvMsg(&b); err != nil {
+			return nil, err
+		}
+		a := new(wirepb.Ack)
+		require.NoError(t, proto.Unmarshal(b, a))
+		return a, nil
+	}
+}
+
+// TestAckOfAnotherEpochIgnored queues a message for peer 2, which is
+// down, and has a raw stream of peer 2 carry an acknowledgement of it
+// stamped with another epoch than peer 0's: it was meant for an earlier
+// process of peer 0, and must not cut the new process's queue.
+func TestAckOfAnotherEpochIgnored(t *testing.T) {
+	const n = 3
+	ls, addrs := listeners(t, n)
+	for _, l := range ls[1:] {
+		require.NoError(t, l.Close())
+	}
+	tr, err := New(0, addrs, WithListener(ls[0]), Insecure(), fastRetry, quiet)
+	require.NoError(t, err)
+	defer func() { require.NoError(t, tr.Close()) }()
+	require.NoError(t, tr.Send(2, msg(0, 2, 1)))
+	conn, err := grpc.NewClient(addrs[0], grpc.WithTransportCredentials(insecure.NewCredentials()))
+	require.NoError(t, err)
+	defer func() { _ = conn.Close() }()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	openStream(t, ctx, conn, &wirepb.Hello{From: 2, To: 0, N: n, Epoch: 88, FirstSeq: 1},
+		&wirepb.Frame{Seq: 1, Msg: toWire(msg(2, 0, 1)), Ack: 1, AckEpoch: tr.epoch + 1},
+		&wirepb.Frame{Seq: 2, Msg: toWire(msg(2, 0, 2)), Ack: 1, AckEpoch: tr.epoch - 1})
+	receive(t, tr, 2, 30*time.Second) // both acknowledgements were read
+	assert.Equal(t, 1, tr.unacked(2))
 }
