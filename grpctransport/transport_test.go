@@ -734,8 +734,9 @@ func TestSetDeliver(t *testing.T) {
 
 // TestSetDeliverAfterBarrier passes a Barrier, whose markers cross both
 // ways, before either side chose how to deliver: a marker is not a
-// message, so SetDeliver still succeeds. A second Barrier's marker does
-// not reach SetDeliver's function either; the message after it does.
+// message, so SetDeliver still succeeds. The marker of a second Barrier,
+// after a message went to SetDeliver's function, does not reach it
+// either; the message after it does.
 func TestSetDeliverAfterBarrier(t *testing.T) {
 	trs := startTransports(t, 2, insecureOpts)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -748,10 +749,13 @@ func TestSetDeliverAfterBarrier(t *testing.T) {
 	}
 	barrier()
 	deliverDirect(t, trs[0], 2)
-	barrier()
 	require.NoError(t, trs[1].Send(0, msg(1, 0, 1)))
-	requireInOrder(t, receive(t, trs[0], 1, 10*time.Second), []int{1}, 1)
-	assert.Equal(t, uint64(1), trs[0].Stats().Delivered)
+	got := receive(t, trs[0], 1, 10*time.Second)
+	barrier()
+	require.NoError(t, trs[1].Send(0, msg(1, 0, 2)))
+	got = append(got, receive(t, trs[0], 1, 10*time.Second)...)
+	requireInOrder(t, got, []int{1}, 2)
+	assert.Equal(t, uint64(2), trs[0].Stats().Delivered)
 }
 
 // countingStream counts the frames a stream handler receives.
@@ -942,12 +946,20 @@ func TestSeparateAcksWhenNothingGoesBack(t *testing.T) {
 // TestCloseFlushesTheLastAck turns timed acknowledgements off (their
 // delay is an hour) and has peer 1, which sends nothing back, close after
 // a message from peer 0 arrived: Close must send the acknowledgement of
-// what was delivered, so that peer 0 forgets the message.
+// what was delivered, so that peer 0 forgets the message. A barrier opens
+// the streams first, so that the message cannot be acknowledged with a
+// hello.
 func TestCloseFlushesTheLastAck(t *testing.T) {
 	d := ackDelay
 	ackDelay = time.Hour
 	trs := startTransports(t, 2, insecureOpts)
 	ackDelay = d
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- trs[1].Barrier(ctx) }()
+	require.NoError(t, trs[0].Barrier(ctx))
+	require.NoError(t, <-done)
 	require.NoError(t, trs[0].Send(1, msg(0, 1, 1)))
 	receive(t, trs[1], 1, 30*time.Second)
 	require.Equal(t, 1, trs[0].unacked(1), "acknowledged before Close")
