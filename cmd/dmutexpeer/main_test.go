@@ -146,10 +146,16 @@ func TestSinglePeer(t *testing.T) {
 func freeAddrs(t testing.TB, n int) []string {
 	t.Helper()
 	addrs := make([]string, n)
+	// Every listener stays open until all n ports are chosen: a port
+	// closed at once can be handed out again by the next Listen, and two
+	// peers then get the same address (it happened in a soak run).
+	ls := make([]net.Listener, n)
 	for i := range addrs {
 		l, err := net.Listen("tcp", "127.0.0.1:0")
 		require.NoError(t, err)
-		addrs[i] = l.Addr().String()
+		ls[i], addrs[i] = l, l.Addr().String()
+	}
+	for _, l := range ls {
 		require.NoError(t, l.Close())
 	}
 	return addrs
