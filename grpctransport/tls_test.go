@@ -2,6 +2,7 @@ package grpctransport
 
 import (
 	"crypto/tls"
+	"io/fs"
 	"path/filepath"
 	"testing"
 	"time"
@@ -133,7 +134,7 @@ func TestLoadTLSConfig(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, cfg.Certificates, 1)
 	_, err = LoadTLSConfig(certFile, keyFile, filepath.Join(dir, "missing"))
-	require.Error(t, err)
+	require.ErrorIs(t, err, fs.ErrNotExist, "the authority's file is missing: %v", err)
 	_, err = LoadTLSConfig(certFile, certFile, caFile)
 	require.Error(t, err)
 	_, err = LoadTLSConfig(certFile, keyFile, keyFile)

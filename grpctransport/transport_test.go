@@ -1111,3 +1111,54 @@ func TestAckOfAnotherEpochIgnored(t *testing.T) {
 	receive(t, tr, 2, 30*time.Second) // both acknowledgements were read
 	assert.Equal(t, 1, tr.unacked(2))
 }
+
+// TestOptionBounds holds each option's check to its boundary: the first
+// value refused, with its name in the error, and the last accepted, which
+// New then keeps.
+func TestOptionBounds(t *testing.T) {
+	addr := []string{"127.0.0.1:1"}
+	noRoots := testTLS(t)
+	noRoots.RootCAs = nil
+	refused := []struct {
+		name string
+		opt  Option
+		want string
+	}{
+		{"TLS without RootCAs", WithTLS(noRoots), "no RootCAs"},
+		{"nil listener", WithListener(nil), "WithListener(nil)"},
+		{"nil logger", WithLogger(nil), "WithLogger(nil)"},
+		{"zero first backoff", WithBackoff(0, time.Second), "WithBackoff(0s, 1s)"},
+		{"keepalive just below the floor", WithKeepalive(MinKeepalive-time.Nanosecond, time.Second), "WithKeepalive(9.999999999s, 1s)"},
+		{"frames of 63 bytes", WithMaxFrameSize(63), "WithMaxFrameSize(63)"},
+		{"the algorithm ParseAlgorithm returns with its error", WithCluster(dmutex.Algorithm(-1), ""), "WithCluster(Algorithm(-1))"},
+	}
+	for _, tt := range refused {
+		t.Run(tt.name, func(t *testing.T) {
+			opts := []Option{tt.opt}
+			if tt.name != "TLS without RootCAs" {
+				opts = append(opts, Insecure())
+			}
+			tr, err := New(0, addr, opts...)
+			require.Nil(t, tr)
+			require.ErrorIs(t, err, dmutex.ErrInvalidConfig)
+			assert.Contains(t, err.Error(), tt.want)
+		})
+	}
+
+	ls, _ := listeners(t, 1)
+	var logs logBuffer
+	tr, err := New(0, addr, Insecure(), WithListener(ls[0]), WithLogger(logs.logger()),
+		WithBackoff(time.Second, time.Second), WithKeepalive(MinKeepalive, time.Nanosecond),
+		WithMaxFrameSize(64), WithCluster(dmutex.Maekawa, "sets"))
+	require.NoError(t, err, "each option at its last accepted value")
+	defer func() { require.NoError(t, tr.Close()) }()
+	o := tr.opt
+	assert.True(t, o.insecure)
+	assert.Equal(t, ls[0].Addr(), tr.Addr(), "WithListener's listener")
+	assert.Equal(t, [2]time.Duration{time.Second, time.Second}, [2]time.Duration{o.minBackoff, o.maxBackoff})
+	assert.Equal(t, [2]time.Duration{MinKeepalive, time.Nanosecond}, [2]time.Duration{o.keepalive, o.keepaliveTimeout})
+	assert.Equal(t, 64, o.maxFrame)
+	assert.Equal(t, [2]string{dmutex.Maekawa.String(), "sets"}, [2]string{o.alg, o.algOptions})
+	tr.log.Info("hello")
+	assert.Contains(t, logs.String(), "hello", "WithLogger's logger")
+}
