@@ -18,6 +18,7 @@ type scripted struct {
 	requests     int  // requests seen; part of the state if countInState
 	countInState bool // the state changes every round, so rounds are no no-op
 	releaseSends bool // release sends a message, as a token ring passes its token
+	requestSends bool // a request that enters at once sends a message all the same
 	inside       bool
 
 	waitOnRequest   bool // a request waits (for nothing) instead of entering at once
@@ -35,6 +36,9 @@ func (s *scripted) step(ev event, out *output) {
 		if !s.waitOnRequest {
 			s.inside = true
 			out.enter()
+		}
+		if s.requestSends {
+			out.send(Message{Kind: KindRequest, From: 0, To: 1})
 		}
 	case evMessage:
 		if s.refuseOnMessage {
@@ -91,16 +95,18 @@ func TestFastPathArmsOnlyOnNoOpRounds(t *testing.T) {
 		name         string
 		countInState bool
 		releaseSends bool
+		requestSends bool
 		wantArmed    bool
 	}{
 		{name: "state repeats, release silent", wantArmed: true},
 		{name: "state changes every round", countInState: true},
 		{name: "release sends a message", releaseSends: true},
+		{name: "request sends a message", requestSends: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			m := newScripted()
-			m.countInState, m.releaseSends = tt.countInState, tt.releaseSends
+			m.countInState, m.releaseSends, m.requestSends = tt.countInState, tt.releaseSends, tt.requestSends
 			p, _ := scriptedPeer(t, m)
 			const entries = 100
 			var last uint64
@@ -192,6 +198,9 @@ func TestFastPathDisarms(t *testing.T) {
 		assert.Equal(t, uint64(5), p.Stats().Entries)
 		assert.Equal(t, []eventKind{evRequest, evRelease, evRequest, evRelease, evRequest, evRelease}, m.events(),
 			"the second caller's entry is an ordinary round")
+		p.Lock()
+		assert.Zero(t, p.fast.word.Load(), "the second caller's hold was not local: its release starts no probe")
+		p.Unlock()
 	})
 	t.Run("try that lost the race to a fast entry", func(t *testing.T) {
 		_, p, _ := arm(t)
@@ -214,8 +223,10 @@ func TestFastPathDisarms(t *testing.T) {
 		assert.Equal(t, uint64(4), p.Stats().Entries)
 	})
 	t.Run("close while outside", func(t *testing.T) {
-		_, p, _ := arm(t)
+		m, p, _ := arm(t)
 		require.NoError(t, p.Close())
+		assert.Equal(t, []eventKind{evRequest, evRelease, evRequest}, m.events(),
+			"a closed peer replays no release: its machine is not stepped again")
 		require.ErrorIs(t, p.LockContext(context.Background()), ErrClosed)
 		require.PanicsWithError(t, ErrClosed.Error(), p.Lock)
 	})
@@ -301,4 +312,61 @@ func TestFastPathArmsOnTryLock(t *testing.T) {
 	}
 	assert.NotZero(t, p.fast.word.Load()&fastArmed)
 	assert.Equal(t, uint64(3), p.Stats().Entries)
+}
+
+// TestFastPathArmsOnlyAfterCleanRounds: a message ends any probe, since
+// the machine is about to change, so a round with a message in it proves
+// nothing, and neither does a request that sent one: the fast path arms
+// only after a clean round. After a message the backoff of failed probes
+// starts over, so that a machine whose state now repeats arms at once.
+func TestFastPathArmsOnlyAfterCleanRounds(t *testing.T) {
+	armed := func(p *Peer) bool { return p.fast.word.Load()&fastArmed != 0 }
+	msg := Message{Kind: KindRequest, From: 1, To: 0}
+
+	p, _ := scriptedPeer(t, newScripted())
+	p.Lock()
+	p.deliver(msg) // during the local hold
+	p.Unlock()
+	p.Lock()
+	assert.False(t, armed(p), "a round with a message in it armed the fast path")
+	p.Unlock()
+	p.Lock()
+	assert.True(t, armed(p), "the clean round after it arms")
+	p.Unlock()
+
+	// A probe whose request sends a message proves nothing either, even
+	// when the state repeats.
+	m := newScripted()
+	p, _ = scriptedPeer(t, m)
+	p.Lock()
+	p.Unlock() // a local hold: the release starts a probe
+	p.mu.Lock()
+	m.requestSends = true
+	p.mu.Unlock()
+	p.Lock()
+	assert.False(t, armed(p), "a request that sent a message armed the fast path")
+	p.Unlock()
+
+	m = newScripted()
+	m.countInState = true // every probe fails, and backs off
+	p, _ = scriptedPeer(t, m)
+	skipping := func() bool {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		return p.fast.skip > 0
+	}
+	for i := 0; !skipping(); i++ {
+		require.Less(t, i, 20, "no probe failed")
+		p.Lock()
+		p.Unlock()
+	}
+	p.deliver(msg)
+	p.mu.Lock()
+	m.countInState = false // rounds repeat from now on
+	p.mu.Unlock()
+	p.Lock()
+	p.Unlock()
+	p.Lock()
+	assert.True(t, armed(p), "the backoff starts over after a message")
+	p.Unlock()
 }
