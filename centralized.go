@@ -403,8 +403,13 @@ func (c *centralized) receive(m Message, out *output) {
 		return
 	}
 	if m.Kind == KindStatus && m.TS > c.term && m.TS <= maxTerm {
-		// A term we missed, named by a peer that heard of it.
-		c.adopt(m.TS, out)
+		// A term we missed, named by a peer that heard of it. A term
+		// of our own above ours was never announced: only a forgery
+		// names one, and adopting it would make us a coordinator that
+		// holds no reports and reports to itself.
+		if m.TS%uint64(c.n) != uint64(c.id) {
+			c.adopt(m.TS, out)
+		}
 		return
 	}
 	if m.TS != c.term {

@@ -62,19 +62,15 @@ func TestFailoverGuards(t *testing.T) {
 	assert.Empty(t, msgs, "peer 2 is served once")
 
 	// A hint naming peer 1's own term (forged: only peer 1 can have
-	// started it) makes it coordinator while inside by a grant of term 0,
-	// with nobody as its holder; it grants peer 2, and its own release
-	// must not end peer 2's hold.
+	// started it) is ignored; adopting it would make peer 1 coordinator
+	// while inside by a grant of term 0, with nobody as its holder, and
+	// it would then grant peer 2 beside itself.
 	fc := recoveryMachine(t, 1, 3)
 	fstep(fc, event{kind: evRequest})
 	_, entered := fstep(fc, fmsg(KindGrant, 0, 1, 0, 1))
 	require.True(t, entered)
-	fstep(fc, fmsg(KindStatus, 2, 1, 4, 0))
-	msgs, _ = fstep(fc, fmsg(KindRequest, 2, 1, 4, 1))
-	require.Equal(t, []Message{{Kind: KindGrant, From: 1, To: 2, TS: 4, Ref: 1}}, msgs)
-	msgs, _ = fstep(fc, event{kind: evRelease})
-	assert.Empty(t, msgs)
-	assert.Equal(t, 2, fc.holder, "a release ends only the coordinator's own hold")
+	quiet(t, fc, fmsg(KindStatus, 2, 1, 4, 0), "a hint naming a term of the receiver's own")
+	quiet(t, fc, fmsg(KindRequest, 2, 1, 4, 1), "a request of that term")
 
 	p3 := recoveryMachine(t, 3, 4)
 	fstep(p3, fmsg(KindCoordinator, 1, 3, 1, 0))

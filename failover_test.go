@@ -276,6 +276,7 @@ func TestFailoverRefusesForged(t *testing.T) {
 		{"term at the top", 2, fmsg(KindCoordinator, 0, 2, math.MaxUint64, 0)},
 		{"request of another term", 0, fmsg(KindRequest, 1, 0, 3, 1)},
 		{"grant of a future term", 2, fmsg(KindGrant, 0, 2, 3, 1)},
+		{"status naming a term of the receiver's own", 2, fmsg(KindStatus, 0, 2, 5, 0)},
 		{"sender out of range", 2, fmsg(KindCoordinator, 7, 2, 7, 0)},
 		{"negative sender", 0, fmsg(KindRequest, -1, 0, 0, 1)},
 		{"sender n", 0, fmsg(KindRequest, 3, 0, 0, 1)},
