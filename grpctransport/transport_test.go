@@ -973,15 +973,7 @@ func TestCloseFlushesTheLastAck(t *testing.T) {
 // stream ends normally, and nothing is counted as refused.
 func TestStreamEndingBeforeHelloIsNotRefused(t *testing.T) {
 	var logs logBuffer
-	ls, addrs := listeners(t, 2)
-	require.NoError(t, ls[1].Close())
-	tr, err := New(0, addrs, WithListener(ls[0]), Insecure(), fastRetry, WithLogger(logs.logger()))
-	require.NoError(t, err)
-	defer func() { require.NoError(t, tr.Close()) }()
-
-	conn, err := grpc.NewClient(addrs[0], grpc.WithTransportCredentials(insecure.NewCredentials()))
-	require.NoError(t, err)
-	defer func() { _ = conn.Close() }()
+	tr, conn := peerZeroAndRawClient(t, 2, WithLogger(logs.logger()))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	s, err := conn.NewStream(ctx, &grpc.StreamDesc{ClientStreams: true, ServerStreams: true},
@@ -1002,16 +994,7 @@ func TestStreamEndingBeforeHelloIsNotRefused(t *testing.T) {
 // leaves frame 2 out and is refused.
 func TestStreamResumesWhereDeliveryStopped(t *testing.T) {
 	const n = 3
-	ls, addrs := listeners(t, n)
-	for _, l := range ls[1:] {
-		require.NoError(t, l.Close())
-	}
-	tr, err := New(0, addrs, WithListener(ls[0]), Insecure(), fastRetry, quiet)
-	require.NoError(t, err)
-	defer func() { require.NoError(t, tr.Close()) }()
-	conn, err := grpc.NewClient(addrs[0], grpc.WithTransportCredentials(insecure.NewCredentials()))
-	require.NoError(t, err)
-	defer func() { _ = conn.Close() }()
+	tr, conn := peerZeroAndRawClient(t, n)
 
 	open := func(ctx context.Context, firstSeq uint64, frames ...*wirepb.Frame) func() (*wirepb.Ack, error) {
 		return openStream(t, ctx, conn, &wirepb.Hello{From: 1, To: 0, N: n, Epoch: 77, FirstSeq: firstSeq}, frames...)
@@ -1031,7 +1014,7 @@ func TestStreamResumesWhereDeliveryStopped(t *testing.T) {
 	stop()
 	require.Equal(t, msg(1, 0, 1), receive(t, tr, 1, 30*time.Second)[0])
 
-	_, err = open(ctx, 3)()
+	_, err := open(ctx, 3)()
 	require.Equal(t, codes.InvalidArgument, status.Code(err), "%v", err)
 	assert.Contains(t, status.Convert(err).Message(), "stream resumes at frame 3, but frame 2 is missing")
 
@@ -1091,17 +1074,8 @@ func openStream(t *testing.T, ctx context.Context, conn *grpc.ClientConn, hello 
 // process of peer 0, and must not cut the new process's queue.
 func TestAckOfAnotherEpochIgnored(t *testing.T) {
 	const n = 3
-	ls, addrs := listeners(t, n)
-	for _, l := range ls[1:] {
-		require.NoError(t, l.Close())
-	}
-	tr, err := New(0, addrs, WithListener(ls[0]), Insecure(), fastRetry, quiet)
-	require.NoError(t, err)
-	defer func() { require.NoError(t, tr.Close()) }()
+	tr, conn := peerZeroAndRawClient(t, n)
 	require.NoError(t, tr.Send(2, msg(0, 2, 1)))
-	conn, err := grpc.NewClient(addrs[0], grpc.WithTransportCredentials(insecure.NewCredentials()))
-	require.NoError(t, err)
-	defer func() { _ = conn.Close() }()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 
@@ -1161,4 +1135,23 @@ func TestOptionBounds(t *testing.T) {
 	assert.Equal(t, [2]string{dmutex.Maekawa.String(), "sets"}, [2]string{o.alg, o.algOptions})
 	tr.log.Info("hello")
 	assert.Contains(t, logs.String(), "hello", "WithLogger's logger")
+}
+
+// peerZeroAndRawClient starts peer 0 of n on a free loopback port, the
+// others' ports closed, with opts after the tests' usual ones, and a raw
+// insecure client connection to it, for a test that plays another peer
+// by hand. Both are closed when the test ends, the connection first.
+func peerZeroAndRawClient(t *testing.T, n int, opts ...Option) (*Transport, *grpc.ClientConn) {
+	t.Helper()
+	ls, addrs := listeners(t, n)
+	for _, l := range ls[1:] {
+		require.NoError(t, l.Close())
+	}
+	tr, err := New(0, addrs, append([]Option{WithListener(ls[0]), Insecure(), fastRetry, quiet}, opts...)...)
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, tr.Close()) })
+	conn, err := grpc.NewClient(addrs[0], grpc.WithTransportCredentials(insecure.NewCredentials()))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = conn.Close() })
+	return tr, conn
 }
