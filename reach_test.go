@@ -287,3 +287,64 @@ func TestUnreachableIdleHolderEntersAlone(t *testing.T) {
 	require.NoError(t, p.TryLockContext(ctx), "the idle token holder needs nobody")
 	p.Unlock()
 }
+
+// TestChanEndpointReachable pins the in-memory network's Reachability,
+// which the runtime's detector reads: everyone is reachable without a
+// fault; a crashed peer is unreachable from every endpoint, and every
+// peer from its own, since the crash; a partition cuts only across its
+// groups, since it began, until Heal; each change is signalled on
+// ReachChanged; and an id outside the cluster is reported reachable
+// rather than read out of range.
+func TestChanEndpointReachable(t *testing.T) {
+	nw := NewChanNetwork(4)
+	e0, e1, e2 := nw.Endpoint(0), nw.Endpoint(1), nw.Endpoint(2)
+	reachable := func(e *ChanEndpoint, id int) bool {
+		ok, _ := e.Reachable(id)
+		return ok
+	}
+	changed := func(e *ChanEndpoint) bool {
+		select {
+		case <-e.ReachChanged():
+			return true
+		default:
+			return false
+		}
+	}
+	for id := range 4 {
+		assert.True(t, reachable(e0, id), "peer %d without faults", id)
+	}
+
+	require.NoError(t, nw.Crash(3))
+	assert.True(t, changed(e0) && changed(e1), "a crash is signalled to every endpoint")
+	assert.False(t, changed(e0), "once")
+	ok, since := e0.Reachable(3)
+	assert.False(t, ok, "a crashed peer")
+	assert.False(t, since.IsZero(), "since the crash")
+	ok, since2 := nw.Endpoint(3).Reachable(1)
+	assert.False(t, ok, "from a crashed peer's own endpoint")
+	assert.Equal(t, since, since2, "since the same crash")
+	assert.True(t, reachable(e0, 1), "a live peer")
+	for _, id := range []int{-1, 4} {
+		ok, since := e0.Reachable(id)
+		assert.True(t, ok, "id %d outside the cluster", id)
+		assert.True(t, since.IsZero(), "id %d", id)
+	}
+
+	require.NoError(t, nw.Partition([]int{0, 1}))
+	assert.True(t, changed(e2), "a partition is signalled")
+	ok, since = e0.Reachable(2)
+	assert.False(t, ok, "across the partition")
+	assert.False(t, since.IsZero())
+	assert.False(t, reachable(e2, 1), "across the partition, the other way")
+	assert.True(t, reachable(e0, 1), "inside a group")
+	assert.False(t, reachable(e0, 3), "still crashed")
+	for _, id := range []int{-1, 4} {
+		assert.True(t, reachable(e0, id), "id %d outside the cluster, during a partition", id)
+	}
+
+	nw.Heal()
+	assert.True(t, changed(e0), "a heal is signalled")
+	assert.True(t, reachable(e0, 2), "healed")
+	assert.True(t, reachable(e2, 1), "healed")
+	assert.False(t, reachable(e2, 3), "a crash outlasts a heal")
+}
