@@ -39,11 +39,7 @@ func TestNewChecksOwnCertificate(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			tr, err := New(1, addrs, WithTLS(tt.cfg))
-			require.Nil(t, tr)
-			require.ErrorIs(t, err, ErrCertificate)
-			require.ErrorIs(t, err, dmutex.ErrInvalidConfig)
-			assert.Contains(t, err.Error(), tt.want)
+			requireCertificateRefused(t, addrs, tt.cfg, tt.want)
 		})
 	}
 
@@ -84,11 +80,7 @@ func TestNewChecksCertificateChain(t *testing.T) {
 	}
 	for _, tt := range refused {
 		t.Run(tt.name, func(t *testing.T) {
-			tr, err := New(1, addrs, WithTLS(tt.cfg))
-			require.Nil(t, tr)
-			require.ErrorIs(t, err, ErrCertificate)
-			require.ErrorIs(t, err, dmutex.ErrInvalidConfig)
-			assert.Contains(t, err.Error(), tt.want)
+			requireCertificateRefused(t, addrs, tt.cfg, tt.want)
 		})
 	}
 
@@ -124,4 +116,15 @@ func TestNewRefusesDuplicateAddresses(t *testing.T) {
 		require.ErrorIs(t, err, dmutex.ErrInvalidConfig)
 		assert.Contains(t, err.Error(), "peers 0 and 2 have the same address")
 	}
+}
+
+// requireCertificateRefused requires New to refuse peer 1's TLS config
+// cfg with an ErrCertificate (and so ErrInvalidConfig) that says want.
+func requireCertificateRefused(t *testing.T, addrs []string, cfg *tls.Config, want string) {
+	t.Helper()
+	tr, err := New(1, addrs, WithTLS(cfg))
+	require.Nil(t, tr)
+	require.ErrorIs(t, err, ErrCertificate)
+	require.ErrorIs(t, err, dmutex.ErrInvalidConfig)
+	assert.Contains(t, err.Error(), want)
 }

@@ -626,10 +626,7 @@ func TestClusterMismatch(t *testing.T) {
 // an hour): the frames peer 0 sends back must carry the acknowledgement of
 // what peer 1 sent, so that peer 1 forgets its frames.
 func TestAcksRideOnFrames(t *testing.T) {
-	d := ackDelay
-	ackDelay = time.Hour
-	trs := startTransports(t, 2, insecureOpts)
-	ackDelay = d
+	trs := startWithoutSeparateAcks(t, 2)
 	// A barrier opens both streams and has their hellos and markers
 	// acknowledged, which would cover messages delivered meanwhile.
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -660,10 +657,7 @@ func TestAcksRideOnFrames(t *testing.T) {
 // answers from SetDeliver's function, as a dmutex.Peer does: the reply
 // sent while the request is being delivered must acknowledge it.
 func TestReplyFromDeliverCarriesAck(t *testing.T) {
-	d := ackDelay
-	ackDelay = time.Hour
-	trs := startTransports(t, 2, insecureOpts)
-	ackDelay = d
+	trs := startWithoutSeparateAcks(t, 2)
 	got := make(chan dmutex.Message, 1)
 	require.True(t, trs[0].SetDeliver(func(m dmutex.Message) {
 		assert.NoError(t, trs[0].Send(1, msg(0, 1, m.TS)))
@@ -950,10 +944,7 @@ func TestSeparateAcksWhenNothingGoesBack(t *testing.T) {
 // the streams first, so that the message cannot be acknowledged with a
 // hello.
 func TestCloseFlushesTheLastAck(t *testing.T) {
-	d := ackDelay
-	ackDelay = time.Hour
-	trs := startTransports(t, 2, insecureOpts)
-	ackDelay = d
+	trs := startWithoutSeparateAcks(t, 2)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	done := make(chan error, 1)
@@ -1154,4 +1145,15 @@ func peerZeroAndRawClient(t *testing.T, n int, opts ...Option) (*Transport, *grp
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = conn.Close() })
 	return tr, conn
+}
+
+// startWithoutSeparateAcks starts n transports whose separate
+// acknowledgements wait an hour, so that only acknowledgements riding on
+// frames, hellos or Close reach the senders.
+func startWithoutSeparateAcks(t *testing.T, n int) []*Transport {
+	t.Helper()
+	d := ackDelay
+	ackDelay = time.Hour
+	defer func() { ackDelay = d }()
+	return startTransports(t, n, insecureOpts)
 }
