@@ -733,14 +733,7 @@ func TestSetDeliver(t *testing.T) {
 // either; the message after it does.
 func TestSetDeliverAfterBarrier(t *testing.T) {
 	trs := startTransports(t, 2, insecureOpts)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	barrier := func() {
-		done := make(chan error, 1)
-		go func() { done <- trs[1].Barrier(ctx) }()
-		require.NoError(t, trs[0].Barrier(ctx))
-		require.NoError(t, <-done)
-	}
+	barrier := func() { barrierPair(t, trs) }
 	barrier()
 	deliverDirect(t, trs[0], 2)
 	require.NoError(t, trs[1].Send(0, msg(1, 0, 1)))
@@ -827,15 +820,7 @@ func countedPair(t *testing.T) (trs []*Transport, streams, frames *atomic.Int64,
 		}
 		return []Option{Insecure(), WithServerOptions(grpc.ChainStreamInterceptor(count))}
 	})
-	barrier = func() {
-		t.Helper()
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		done := make(chan error, 1)
-		go func() { done <- trs[1].Barrier(ctx) }()
-		require.NoError(t, trs[0].Barrier(ctx))
-		require.NoError(t, <-done)
-	}
+	barrier = func() { barrierPair(t, trs) }
 	return trs, streams, frames, barrier
 }
 
@@ -945,12 +930,7 @@ func TestSeparateAcksWhenNothingGoesBack(t *testing.T) {
 // hello.
 func TestCloseFlushesTheLastAck(t *testing.T) {
 	trs := startWithoutSeparateAcks(t, 2)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	done := make(chan error, 1)
-	go func() { done <- trs[1].Barrier(ctx) }()
-	require.NoError(t, trs[0].Barrier(ctx))
-	require.NoError(t, <-done)
+	barrierPair(t, trs)
 	require.NoError(t, trs[0].Send(1, msg(0, 1, 1)))
 	receive(t, trs[1], 1, 30*time.Second)
 	require.Equal(t, 1, trs[0].unacked(1), "acknowledged before Close")
@@ -1156,4 +1136,17 @@ func startWithoutSeparateAcks(t *testing.T, n int) []*Transport {
 	ackDelay = time.Hour
 	defer func() { ackDelay = d }()
 	return startTransports(t, n, insecureOpts)
+}
+
+// barrierPair passes Barrier on both of two transports at once, with a
+// generous deadline: it opens both streams and has their hellos
+// acknowledged.
+func barrierPair(t *testing.T, trs []*Transport) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- trs[1].Barrier(ctx) }()
+	require.NoError(t, trs[0].Barrier(ctx))
+	require.NoError(t, <-done)
 }
