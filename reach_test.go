@@ -256,11 +256,7 @@ func TestUnreachableLockAfterSuspicion(t *testing.T) {
 	require.NoError(t, err)
 	p := c.Peer(0).(*Peer)
 	require.NoError(t, c.Network().Crash(2))
-	deadline := time.Now().Add(time.Minute)
-	for !slices.Equal(p.Suspected(), []int{2}) {
-		require.True(t, time.Now().Before(deadline), "peer 0 never suspected peer 2: %v", p.Suspected())
-		time.Sleep(time.Millisecond)
-	}
+	waitSuspected(t, p, []int{2})
 	closed := lockUntilClose(t, p)
 	waitParked(t, "(*Peer).wait(", "chan receive", "Lock")
 	closed(c)
@@ -274,11 +270,7 @@ func TestUnreachableIdleHolderEntersAlone(t *testing.T) {
 	c := reachCluster(t, variant{alg: SuzukiKasami})
 	p := c.Peer(0).(*Peer)
 	require.NoError(t, c.Network().Crash(3))
-	deadline := time.Now().Add(time.Minute)
-	for !slices.Equal(p.Suspected(), []int{3}) {
-		require.True(t, time.Now().Before(deadline), "peer 0 never suspected peer 3: %v", p.Suspected())
-		time.Sleep(time.Millisecond)
-	}
+	waitSuspected(t, p, []int{3})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	require.NoError(t, p.LockContext(ctx), "the idle token holder needs nobody")
