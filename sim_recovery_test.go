@@ -264,6 +264,10 @@ func TestSimulationWithDetector(t *testing.T) {
 		assert.ErrorContains(t, err, "option WithDetector does not apply to a world", "a World's detector is the checker's")
 		_, err = NewSimulation(RicartAgrawala, 9, WithDetector(Detector{}))
 		assert.NoError(t, err, "no detector, no bound on n")
+		_, err = NewSimulation(RicartAgrawala, 8, WithDetector(perfect))
+		assert.NoError(t, err, "8 peers, the most a detector models")
+		_, err = NewSimulation(RicartAgrawala, 3, WithDetector(perfect), WithFalseSuspicions(0.1))
+		assert.NoError(t, err, "a rate with a detector")
 	})
 }
 
