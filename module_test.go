@@ -75,3 +75,33 @@ func TestLicenseNamed(t *testing.T) {
 	require.NoError(t, err)
 	assert.Contains(t, string(readme), "\n## License\n\n"+name+";", "README's License section names %s", name)
 }
+
+// TestREADMEOpening checks the README's first screen: one or two sentences
+// on what dmutex is and is not, then exactly two commands, the report and
+// the tests, where the tests' command is the one .ci/run runs.
+func TestREADMEOpening(t *testing.T) {
+	readme, err := os.ReadFile("README.md")
+	require.NoError(t, err)
+	body, ok := strings.CutPrefix(string(readme), "# dmutex\n\n")
+	require.True(t, ok, "README should open with its title")
+	intro, rest, ok := strings.Cut(body, "```sh\n")
+	require.True(t, ok, "README has no sh block")
+	block, _, ok := strings.Cut(rest, "```\n")
+	require.True(t, ok, "README's first sh block is not closed")
+
+	prose := strings.Join(strings.Fields(intro), " ")
+	sentences := strings.Count(prose+" ", ". ")
+	assert.True(t, sentences >= 1 && sentences <= 2, "README should open with one or two sentences, has %d: %q", sentences, prose)
+	assert.Contains(t, prose, " is not ", "the opening should say what dmutex is not")
+
+	var cmds []string
+	for _, line := range strings.Split(strings.TrimSpace(block), "\n") {
+		cmd, _, _ := strings.Cut(line, "#")
+		cmds = append(cmds, strings.TrimSpace(cmd))
+	}
+	require.Len(t, cmds, 2, "README's first block should hold exactly two commands: %q", block)
+	assert.Equal(t, "go run ./cmd/dmutexbench", cmds[0])
+	ci, err := os.ReadFile(".ci/run")
+	require.NoError(t, err)
+	assert.Contains(t, strings.Split(string(ci), "\n"), cmds[1], ".ci/run should run the README's test command %q", cmds[1])
+}
