@@ -358,6 +358,9 @@ func TestBrowserPlay(t *testing.T) {
 	st := sim.Stats()
 	require.Equal(t, uint64(3), st.Entries)
 	assert.Equal(t, strconv.FormatUint(st.Entries, 10), counts["entries"])
+	status, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS("#status")))
+	require.NoError(t, err)
+	assert.Contains(t, status, " · 3 entries · ", "the status line counts the entries")
 	assert.Equal(t, strconv.FormatUint(st.Messages, 10), counts["total"])
 	for k, v := range st.ByKind {
 		assert.Equal(t, strconv.FormatUint(v, 10), counts[k], k)

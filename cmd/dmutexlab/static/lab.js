@@ -136,7 +136,7 @@ function render() {
   renderCounts();
   renderSteps();
   const T = v.ticks.length;
-  let s = `step ${T} · ${v.inFlight.length} in flight · ${v.counts.entries} entries`;
+  let s = `step ${T} · ${v.inFlight.length} in flight · ${v.counts.entries} ${v.counts.entries === 1 ? "entry" : "entries"}`;
   if (v.config.detector === "imperfect") s += ` · false suspicions ${v.falseUsed} of ${v.config.false}`;
   if (v.done) s += " · nothing left to deliver";
   if (v.blocked) s += " · " + v.blocked;
