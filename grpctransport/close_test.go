@@ -132,3 +132,36 @@ func (l *shakingListener) handshaking() int {
 	defer l.mu.Unlock()
 	return len(l.shaking)
 }
+
+// TestConnectionsAcceptedAfterCutAreClosed accepts a connection, cuts the
+// listener's handshakes as Close does, and accepts another: the first is
+// closed by the cut, and the second, which arrived while Close runs, is
+// closed as Accept returns it, so that no handshake can start on it and
+// hold up the server's stop.
+func TestConnectionsAcceptedAfterCutAreClosed(t *testing.T) {
+	raw, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	l := newShakingListener(raw)
+	defer func() { _ = l.Close() }()
+	accept := func() net.Conn {
+		t.Helper()
+		client, err := net.Dial("tcp", l.Addr().String())
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = client.Close() })
+		c, err := l.Accept()
+		require.NoError(t, err)
+		return c
+	}
+
+	before := accept()
+	require.Equal(t, 1, l.handshaking())
+	l.cutHandshakes()
+	_, err = before.Write([]byte("x"))
+	require.ErrorIs(t, err, net.ErrClosed, "a connection in a handshake at the cut")
+	require.Zero(t, l.handshaking())
+
+	after := accept()
+	_, err = after.Write([]byte("x"))
+	require.ErrorIs(t, err, net.ErrClosed, "a connection accepted after the cut")
+	require.Zero(t, l.handshaking())
+}
