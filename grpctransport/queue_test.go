@@ -15,9 +15,9 @@ import (
 )
 
 // TestQueueBound sends to a peer that is down: past WithMaxQueue's bound
-// Send fails with ErrQueueFull, naming the peer, and warns; once the peer
-// is up and has acknowledged, Send works again and every queued message
-// arrives.
+// Send and Barrier fail with ErrQueueFull, naming the peer, and warn;
+// once the peer is up and has acknowledged, Send works again and every
+// queued message arrives.
 func TestQueueBound(t *testing.T) {
 	const bound = 5
 	ls, addrs := listeners(t, 2)
@@ -36,6 +36,11 @@ func TestQueueBound(t *testing.T) {
 	assert.Contains(t, logs.String(), "level=WARN")
 	assert.Contains(t, logs.String(), "refusing to queue more")
 	assert.Equal(t, uint64(bound), tr0.Stats().Sent, "a refused message is not counted as sent")
+	// A barrier's marker finds the queue full too, and Barrier says so
+	// at once rather than wait for a marker it could not send.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	require.ErrorIs(t, tr0.Barrier(ctx), ErrQueueFull)
 
 	l1, err := net.Listen("tcp", addrs[1]) // peer 1 comes up
 	require.NoError(t, err)
