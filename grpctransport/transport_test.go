@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"io"
 	"net"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -502,10 +503,12 @@ func TestKindsMatchTheWire(t *testing.T) {
 	}
 }
 
-// A proxy forwards TCP connections to a target and can cut them all.
+// A proxy forwards TCP connections to a target and can cut them all, or
+// drop what the clients send from some point on.
 type proxy struct {
 	l      net.Listener
 	target string
+	drop   atomic.Bool // drop the bytes from clients instead of forwarding them
 
 	mu    sync.Mutex
 	conns []net.Conn
@@ -539,8 +542,25 @@ func (p *proxy) run() {
 		p.conns = append(p.conns, c, d)
 		p.count++
 		p.mu.Unlock()
-		p.wg.Go(func() { _, _ = io.Copy(d, c); _ = d.Close() })
+		p.wg.Go(func() { p.forward(d, c); _ = d.Close() })
 		p.wg.Go(func() { _, _ = io.Copy(c, d); _ = c.Close() })
+	}
+}
+
+// forward copies what the client c sends to d, until drop is set; from
+// then on it reads and discards it.
+func (p *proxy) forward(d, c net.Conn) {
+	buf := make([]byte, 32<<10)
+	for {
+		k, err := c.Read(buf)
+		if k > 0 && !p.drop.Load() {
+			if _, err := d.Write(buf[:k]); err != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
 	}
 }
 
@@ -624,8 +644,20 @@ func TestClusterMismatch(t *testing.T) {
 
 // TestAcksRideOnFrames turns separate acknowledgements off (their delay is
 // an hour): the frames peer 0 sends back must carry the acknowledgement of
-// what peer 1 sent, so that peer 1 forgets its frames.
+// what peer 1 sent, so that peer 1 forgets its frames. A request goes out
+// on the stream from Send itself, a token from the link's goroutine; each
+// way must carry it.
 func TestAcksRideOnFrames(t *testing.T) {
+	back := map[string]dmutex.Message{
+		"request": msg(0, 1, 1),
+		"token":   {Kind: dmutex.KindToken, From: 0, To: 1, TS: 1, Token: &dmutex.Token{LN: []uint64{1, 1}}},
+	}
+	for _, name := range []string{"request", "token"} {
+		t.Run(name, func(t *testing.T) { testAcksRideOnFrames(t, back[name]) })
+	}
+}
+
+func testAcksRideOnFrames(t *testing.T, back dmutex.Message) {
 	trs := startWithoutSeparateAcks(t, 2)
 	// A barrier opens both streams and has their hellos and markers
 	// acknowledged, which would cover messages delivered meanwhile.
@@ -648,7 +680,7 @@ func TestAcksRideOnFrames(t *testing.T) {
 	last := o.next - 1
 	o.mu.Unlock()
 	require.Eventually(t, func() bool { return trs[0].in[1].ackLast.Load() == last }, 10*time.Second, time.Millisecond)
-	require.NoError(t, trs[0].Send(1, msg(0, 1, 1)))
+	require.NoError(t, trs[0].Send(1, back))
 	receive(t, trs[1], 1, 10*time.Second)
 	require.Eventually(t, func() bool { return trs[1].unacked(0) == 0 }, 10*time.Second, time.Millisecond)
 }
@@ -1149,4 +1181,301 @@ func barrierPair(t *testing.T, trs []*Transport) {
 	go func() { done <- trs[1].Barrier(ctx) }()
 	require.NoError(t, trs[0].Barrier(ctx))
 	require.NoError(t, <-done)
+}
+
+// TestEveryRestartRefused plays three processes of peer 1 over raw
+// streams to peer 0: the first is served, and the second and the third,
+// restarts of it, are each refused. The refusal of the second must leave
+// peer 1's record free for the third's hello, and for Close.
+func TestEveryRestartRefused(t *testing.T) {
+	const n = 2
+	tr, conn := peerZeroAndRawClient(t, n)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	open := func(ctx context.Context, epoch uint64) error {
+		_, err := openStream(t, ctx, conn, &wirepb.Hello{From: 1, To: 0, N: n, Epoch: epoch, FirstSeq: 1})()
+		return err
+	}
+
+	first, stop := context.WithCancel(ctx)
+	require.NoError(t, open(first, 77), "the first process's hello is acknowledged")
+	stop()
+	for _, epoch := range []uint64{78, 79} {
+		err := open(ctx, epoch)
+		require.Equal(t, codes.FailedPrecondition, status.Code(err), "process %d: %v", epoch, err)
+		assert.Contains(t, status.Convert(err).Message(), "peer 1 restarted")
+	}
+	assert.Equal(t, uint64(2), tr.Stats().Refused)
+}
+
+// TestCloseWhileADeliveryWaits plays peer 1 over raw streams to peer 0,
+// which reads nothing from Recv: the first stream's messages fill Recv's
+// buffer and the next one waits to go on it, holding peer 1's record; a
+// second stream of the same process waits behind it for that record.
+// Close must stop the waiting delivery, let the second stream's reader
+// through to its end and return; Delivered then counts only the messages
+// that went on Recv, which Recv still yields.
+func TestCloseWhileADeliveryWaits(t *testing.T) {
+	const n = 2
+	tr, conn := peerZeroAndRawClient(t, n)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	hello := &wirepb.Hello{From: 1, To: 0, N: n, Epoch: 77, FirstSeq: 1}
+	var frames []*wirepb.Frame
+	for seq := uint64(1); seq <= recvBuffer+1; seq++ {
+		frames = append(frames, &wirepb.Frame{Seq: seq, Msg: toWire(msg(1, 0, seq))})
+	}
+	openStream(t, ctx, conn, hello, frames...)
+	// Delivered counts a message before it goes on Recv, so the last one
+	// is counted, and waits, once Recv's buffer is full.
+	require.Eventually(t, func() bool { return tr.Stats().Delivered == recvBuffer+1 }, 30*time.Second, time.Millisecond)
+	openStream(t, ctx, conn, hello)
+	require.Eventually(t, func() bool { return parkedIn("grpctransport.(*inStream).read(", "sync.Mutex.Lock") == 1 }, 30*time.Second, time.Millisecond,
+		"the second stream's reader never came to wait for peer 1's record")
+
+	closed := make(chan error, 1)
+	go func() { closed <- tr.Close() }()
+	select {
+	case err := <-closed:
+		require.NoError(t, err)
+	case <-ctx.Done():
+		require.FailNow(t, "Close waits for a stream reader")
+	}
+	var got []dmutex.Message
+	for m := range tr.Recv() {
+		got = append(got, m)
+	}
+	requireInOrder(t, got, []int{1}, recvBuffer)
+	assert.Equal(t, uint64(recvBuffer), tr.Stats().Delivered, "the message Close stopped is not delivered")
+}
+
+// parkedIn counts the goroutines that are parked for reason (a wait
+// reason as a stack dump prints it, such as "sync.Mutex.Lock") inside
+// function fn: the one way for a test to see that a goroutine has come as
+// far as a lock or a wait that another goroutine holds up. A goroutine
+// that still spins for a lock is not counted.
+func parkedIn(fn, reason string) int {
+	buf := make([]byte, 1<<20)
+	for {
+		k := runtime.Stack(buf, true)
+		if k < len(buf) {
+			buf = buf[:k]
+			break
+		}
+		buf = make([]byte, 2*len(buf))
+	}
+	count := 0
+	for _, g := range strings.Split(string(buf), "\n\n") {
+		header, stack, _ := strings.Cut(g, "\n")
+		if strings.Contains(header, "["+reason) && strings.Contains(stack, fn) {
+			count++
+		}
+	}
+	return count
+}
+
+// TestCloseWaitsForADeliveryInProgress has SetDeliver's function hold a
+// message until the test lets it go: Close, called meanwhile, must wait
+// for it, as it returns only after every goroutine of the transport has
+// exited.
+func TestCloseWaitsForADeliveryInProgress(t *testing.T) {
+	trs := startTransports(t, 2, insecureOpts)
+	inside, release := make(chan struct{}), make(chan struct{})
+	var returned atomic.Bool
+	require.True(t, trs[0].SetDeliver(func(dmutex.Message) {
+		close(inside)
+		<-release
+		returned.Store(true)
+	}))
+	require.NoError(t, trs[1].Send(0, msg(1, 0, 1)))
+	select {
+	case <-inside:
+	case <-time.After(30 * time.Second):
+		require.FailNow(t, "the message never reached SetDeliver's function")
+	}
+	closed := make(chan bool, 1)
+	go func() {
+		assert.NoError(t, trs[0].Close())
+		closed <- returned.Load()
+	}()
+	require.Eventually(t, func() bool {
+		return len(closed) > 0 || parkedIn("grpctransport.(*Transport).Close(", "sync.WaitGroup.Wait") == 1
+	}, 30*time.Second, time.Millisecond, "Close never came to wait for its goroutines")
+	close(release)
+	require.True(t, <-closed, "Close returned while a delivery was in progress")
+}
+
+// TestSetDeliverRacingTheFirstMessage has SetDeliver and the first
+// message's reader ask for the delivery mode at once: while the test
+// holds the mode's lock, SetDeliver waits for it first and the reader
+// second, so SetDeliver gets it first and succeeds. The reader must then
+// hand the message to SetDeliver's function, not to Recv, which a peer
+// that switched would never read.
+func TestSetDeliverRacingTheFirstMessage(t *testing.T) {
+	trs := startTransports(t, 2, insecureOpts)
+	got := make(chan dmutex.Message, 1)
+	trs[0].modeMu.Lock()
+	set := make(chan bool, 1)
+	go func() { set <- trs[0].SetDeliver(func(m dmutex.Message) { got <- m }) }()
+	waitFor := func(fn string) {
+		t.Helper()
+		require.Eventually(t, func() bool { return parkedIn(fn, "sync.Mutex.Lock") == 1 }, 30*time.Second, time.Millisecond,
+			"%s never came to wait for the mode's lock", fn)
+	}
+	waitFor("grpctransport.(*Transport).SetDeliver(")
+	require.NoError(t, trs[1].Send(0, msg(1, 0, 1)))
+	waitFor("grpctransport.(*Transport).deliverer(")
+	trs[0].modeMu.Unlock()
+	require.True(t, <-set, "SetDeliver before any message went on Recv")
+	select {
+	case m := <-got:
+		assert.Equal(t, msg(1, 0, 1), m)
+	case m := <-trs[0].Recv():
+		require.Failf(t, "the message went on Recv after SetDeliver succeeded", "%v", m)
+	case <-time.After(30 * time.Second):
+		require.FailNow(t, "the message was never delivered")
+	}
+}
+
+// TestReconnectWithTheSmallestBackoff cuts a link whose backoff starts at
+// the least WithBackoff accepts, one nanosecond: the wait before the
+// first retry, drawn between half the backoff and all of it, must come
+// out of that range without a division by zero, and the link reconnect.
+func TestReconnectWithTheSmallestBackoff(t *testing.T) {
+	ls, addrs := listeners(t, 2)
+	px := newProxy(t, addrs[0])
+	var trs []*Transport
+	for i, opts := range [][]Option{
+		{WithListener(ls[0]), Insecure(), fastRetry, quiet},
+		{WithListener(ls[1]), Insecure(), WithBackoff(time.Nanosecond, 100*time.Millisecond), quiet},
+	} {
+		tr, err := New(i, [][]string{addrs, {px.addr(), addrs[1]}}[i], opts...)
+		require.NoError(t, err)
+		t.Cleanup(func() { require.NoError(t, tr.Close()) })
+		trs = append(trs, tr)
+	}
+	require.NoError(t, trs[1].Send(0, msg(1, 0, 1)))
+	got := receive(t, trs[0], 1, 30*time.Second)
+	px.cut()
+	require.NoError(t, trs[1].Send(0, msg(1, 0, 2)))
+	got = append(got, receive(t, trs[0], 1, 30*time.Second)...)
+	requireInOrder(t, got, []int{1}, 2)
+	assert.GreaterOrEqual(t, px.accepted(), 2, "connections through the proxy")
+}
+
+// TestErrKeepsTheFirstReason has peer 0 give up twice, over raw streams
+// of peer 1: first for a stream that runs another algorithm, then for a
+// restart of the process it went on to serve. Err names the first reason.
+func TestErrKeepsTheFirstReason(t *testing.T) {
+	const n = 2
+	tr, conn := peerZeroAndRawClient(t, n)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	open := func(ctx context.Context, epoch uint64, alg string) error {
+		_, err := openStream(t, ctx, conn, &wirepb.Hello{From: 1, To: 0, N: n, Epoch: epoch, FirstSeq: 1, Algorithm: alg})()
+		return err
+	}
+	err := open(ctx, 76, dmutex.Lamport.String())
+	require.Equal(t, codes.FailedPrecondition, status.Code(err), "%v", err)
+	first, stop := context.WithCancel(ctx)
+	require.NoError(t, open(first, 77, ""))
+	stop()
+	err = open(ctx, 78, "")
+	require.Equal(t, codes.FailedPrecondition, status.Code(err), "%v", err)
+	require.ErrorContains(t, err, "peer 1 restarted")
+	require.ErrorContains(t, tr.Err(), "cluster mismatch")
+}
+
+// TestCloseFlushesAnAckAFrameCarried has peer 1, which sends nothing back
+// but one frame, close after a message from peer 0 arrived, as
+// TestCloseFlushesTheLastAck does; here the frame peer 1 sends to peer 0
+// before it closes carries the acknowledgement, and is lost on the way
+// (a proxy drops it). Close must still send its own acknowledgement, as
+// a carried one may not arrive.
+func TestCloseFlushesAnAckAFrameCarried(t *testing.T) {
+	ls, addrs := listeners(t, 2)
+	px := newProxy(t, addrs[0])
+	d := ackDelay
+	ackDelay = time.Hour // only acknowledgements riding on frames, hellos or Close
+	var trs []*Transport
+	for i, a := range [][]string{addrs, {px.addr(), addrs[1]}} {
+		tr, err := New(i, a, WithListener(ls[i]), Insecure(), fastRetry, quiet)
+		require.NoError(t, err)
+		t.Cleanup(func() { require.NoError(t, tr.Close()) })
+		trs = append(trs, tr)
+	}
+	ackDelay = d
+	barrierPair(t, trs)
+
+	require.NoError(t, trs[0].Send(1, msg(0, 1, 1)))
+	receive(t, trs[1], 1, 30*time.Second)
+	o := trs[0].out[1]
+	o.mu.Lock()
+	seq := o.next - 1
+	o.mu.Unlock()
+	in := trs[1].in[0]
+	require.Eventually(t, func() bool { return in.ackLast.Load() == seq }, 30*time.Second, time.Millisecond)
+	px.drop.Store(true)
+	require.NoError(t, trs[1].Send(0, msg(1, 0, 1)))
+	require.Eventually(t, func() bool { return in.carried.Load() == seq }, 30*time.Second, time.Millisecond,
+		"peer 1's frame never carried the acknowledgement")
+	require.Equal(t, 1, trs[0].unacked(1), "acknowledged before Close")
+	require.NoError(t, trs[1].Close())
+	require.Eventually(t, func() bool { return trs[0].unacked(1) == 0 }, 30*time.Second, time.Millisecond,
+		"Close did not acknowledge what peer 1 delivered")
+}
+
+// TestResentCountsEachFrameSentAgain has peer 1 send two messages that
+// a proxy drops on the way to peer 0, and then cuts the connection: the
+// new stream sends both again, and Stats.Resent counts exactly those two.
+// Requests go out from Send itself and tokens from the link's goroutine,
+// and either way the transport must remember how far it had sent.
+func TestResentCountsEachFrameSentAgain(t *testing.T) {
+	token := func(ts uint64) dmutex.Message {
+		return dmutex.Message{Kind: dmutex.KindToken, From: 1, To: 0, TS: ts, Token: &dmutex.Token{LN: []uint64{ts, 0}}}
+	}
+	for _, tt := range []struct {
+		name string
+		m    func(ts uint64) dmutex.Message
+	}{
+		{"requests", func(ts uint64) dmutex.Message { return msg(1, 0, ts) }},
+		{"tokens", token},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			ls, addrs := listeners(t, 2)
+			px := newProxy(t, addrs[0])
+			var trs []*Transport
+			for i, a := range [][]string{addrs, {px.addr(), addrs[1]}} {
+				tr, err := New(i, a, WithListener(ls[i]), Insecure(), fastRetry, quiet)
+				require.NoError(t, err)
+				t.Cleanup(func() { require.NoError(t, tr.Close()) })
+				trs = append(trs, tr)
+			}
+			require.NoError(t, trs[1].Send(0, msg(1, 0, 1)))
+			got := receive(t, trs[0], 1, 30*time.Second)
+			require.Eventually(t, func() bool { return trs[1].unacked(0) == 0 }, 30*time.Second, time.Millisecond)
+
+			px.drop.Store(true)
+			o := trs[1].out[0]
+			for ts := uint64(2); ts <= 3; ts++ {
+				require.NoError(t, trs[1].Send(0, tt.m(ts)))
+				// One at a time, so that each request finds the
+				// stream idle and goes out from Send.
+				require.Eventually(t, func() bool {
+					o.mu.Lock()
+					defer o.mu.Unlock()
+					return o.sentSeq == ts && !o.writing
+				}, 30*time.Second, time.Millisecond, "frame %d never went out", ts)
+			}
+			require.Zero(t, trs[1].Stats().Resent)
+			px.drop.Store(false)
+			px.cut()
+			got = append(got, receive(t, trs[0], 2, 30*time.Second)...)
+			require.Equal(t, []uint64{1, 2, 3}, []uint64{got[0].TS, got[1].TS, got[2].TS})
+			// The link counts a frame after its write returns, which the
+			// frame's acknowledgement may overtake.
+			require.Eventually(t, func() bool { return trs[1].Stats().Resent == 2 }, 30*time.Second, time.Millisecond,
+				"Stats.Resent never came to 2")
+		})
+	}
 }
