@@ -3,14 +3,20 @@ package grpctransport
 import (
 	"context"
 	"errors"
+	"net"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sync/errgroup"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 
 	"github.com/dmutex/dmutex"
+	"github.com/dmutex/dmutex/grpctransport/internal/wirepb"
 )
 
 // TestUnreachableOverGRPC starts, for every algorithm, three peers over
@@ -107,4 +113,108 @@ func testUnreachableOverGRPC(t *testing.T, alg dmutex.Algorithm) {
 	assert.False(t, since.IsZero())
 	ok, _ = trs[req].Reachable(live)
 	assert.True(t, ok)
+}
+
+// TestReachableOverGRPC follows peer 0's view of three peers: 2 and 3
+// never run, 1 comes up and then stops. Until a connection is first
+// ready, Reachable reports since when New was called, the same instant
+// for every such peer, however often gRPC retries the connection;
+// ReachChanged signals each change of peer 1; ids outside the cluster,
+// and peer 0's own, are reachable.
+func TestReachableOverGRPC(t *testing.T) {
+	const n = 4
+	ls, addrs := listeners(t, n)
+	for _, l := range ls[1:] {
+		require.NoError(t, l.Close())
+	}
+	before := time.Now()
+	tr, err := New(0, addrs, WithListener(ls[0]), Insecure(), fastRetry, quiet)
+	require.NoError(t, err)
+	after := time.Now()
+	defer func() { require.NoError(t, tr.Close()) }()
+	for _, id := range []int{-1, 0, n} {
+		ok, since := tr.Reachable(id)
+		assert.True(t, ok, "id %d", id)
+		assert.True(t, since.IsZero(), "id %d", id)
+	}
+
+	// Once each peer's watcher has seen its connection's state at least
+	// once, and waits for the next change:
+	require.Eventually(t, func() bool { return parkedIn("grpctransport.(*Transport).watchReach.func1(", "select") == n-1 },
+		30*time.Second, time.Millisecond, "the reachability watchers never came to wait")
+	var downSince []time.Time
+	for id := 1; id < n; id++ {
+		ok, since := tr.Reachable(id)
+		require.False(t, ok, "peer %d, which does not run", id)
+		downSince = append(downSince, since)
+	}
+	assert.False(t, downSince[0].Before(before) || downSince[0].After(after), "down since %v, New ran from %v to %v", downSince[0], before, after)
+	assert.Equal(t, downSince[0], downSince[1], "peers 1 and 2 down since")
+	assert.Equal(t, downSince[0], downSince[2], "peers 1 and 3 down since")
+
+	// reach waits, through ReachChanged, until Reachable(1) says want.
+	reach := func(want bool) time.Time {
+		t.Helper()
+		timer := time.NewTimer(30 * time.Second)
+		defer timer.Stop()
+		for {
+			ok, since := tr.Reachable(1)
+			if ok == want {
+				return since
+			}
+			select {
+			case <-tr.ReachChanged():
+			case <-timer.C:
+				require.FailNow(t, "ReachChanged never signalled the change", "Reachable(1) stays %v", ok)
+			}
+		}
+	}
+	l, err := net.Listen("tcp", addrs[1])
+	require.NoError(t, err)
+	tr1, err := New(1, addrs, WithListener(l), Insecure(), fastRetry, quiet)
+	require.NoError(t, err)
+	assert.True(t, reach(true).IsZero(), "since, while reachable")
+	stopped := time.Now()
+	require.NoError(t, tr1.Close())
+	since := reach(false)
+	assert.False(t, since.Before(stopped), "down since %v, stopped at %v", since, stopped)
+	ok, since := tr.Reachable(2)
+	assert.False(t, ok)
+	assert.Equal(t, downSince[1], since, "peer 2 down since")
+}
+
+// TestRefusedRestartUnreachableAtOnce has peer 0 reach a server at peer
+// 1's address (a bare gRPC server, so the connection stays ready), and
+// then refuse a restart of peer 1, played over raw streams: from the
+// refusal on, peer 1 is unreachable, without waiting for the ready
+// connection to change.
+func TestRefusedRestartUnreachableAtOnce(t *testing.T) {
+	const n = 2
+	ls, addrs := listeners(t, n)
+	srv := grpc.NewServer()
+	go func() { _ = srv.Serve(ls[1]) }()
+	defer srv.Stop()
+	tr, err := New(0, addrs, WithListener(ls[0]), Insecure(), fastRetry, quiet)
+	require.NoError(t, err)
+	defer func() { require.NoError(t, tr.Close()) }()
+	require.Eventually(t, func() bool { ok, _ := tr.Reachable(1); return ok }, 30*time.Second, time.Millisecond,
+		"peer 0 never reached peer 1's address")
+
+	conn, err := grpc.NewClient(addrs[0], grpc.WithTransportCredentials(insecure.NewCredentials()))
+	require.NoError(t, err)
+	defer func() { _ = conn.Close() }()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	open := func(ctx context.Context, epoch uint64) error {
+		_, err := openStream(t, ctx, conn, &wirepb.Hello{From: 1, To: 0, N: n, Epoch: epoch, FirstSeq: 1})()
+		return err
+	}
+	first, stop := context.WithCancel(ctx)
+	require.NoError(t, open(first, 77))
+	stop()
+	err = open(ctx, 78)
+	require.Equal(t, codes.FailedPrecondition, status.Code(err), "%v", err)
+	ok, since := tr.Reachable(1)
+	assert.False(t, ok, "a refused restart is reachable")
+	assert.False(t, since.IsZero())
 }
