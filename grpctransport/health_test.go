@@ -2,6 +2,7 @@ package grpctransport
 
 import (
 	"context"
+	"crypto/x509"
 	"testing"
 	"time"
 
@@ -76,4 +77,36 @@ func TestHealthService(t *testing.T) {
 			require.NoError(t, <-closed)
 		})
 	}
+}
+
+// TestServerKeepsItsClientCAs gives peer 0 a TLS config whose ClientCAs,
+// the authorities it checks clients against, holds one more than its
+// RootCAs, the one it checks servers against: a client with a
+// certificate of that other authority is served (the health service
+// answers it), and one of an authority in neither is refused. RootCAs
+// stands in for ClientCAs only when the config has none.
+func TestServerKeepsItsClientCAs(t *testing.T) {
+	servers, clients, strangers := testpki.New(t), testpki.New(t), testpki.New(t)
+	cfg := servers.Config(t, PeerName(0))
+	cfg.ClientCAs = x509.NewCertPool()
+	cfg.ClientCAs.AddCert(servers.Cert) // peer 0's own certificate must pass both
+	cfg.ClientCAs.AddCert(clients.Cert)
+	ls, addrs := listeners(t, 2)
+	require.NoError(t, ls[1].Close())
+	tr, err := New(0, addrs, WithListener(ls[0]), WithTLS(cfg), fastRetry, quiet)
+	require.NoError(t, err)
+	defer func() { require.NoError(t, tr.Close()) }()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	check := func(ca *testpki.CA) error {
+		c := ca.Config(t, PeerName(1))
+		c.RootCAs, c.ServerName = servers.Pool, PeerName(0)
+		conn, err := grpc.NewClient(addrs[0], grpc.WithTransportCredentials(credentials.NewTLS(c)))
+		require.NoError(t, err)
+		defer func() { _ = conn.Close() }()
+		_, err = healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{})
+		return err
+	}
+	require.NoError(t, check(clients), "a client of an authority in ClientCAs only")
+	require.Error(t, check(strangers), "a client of no authority peer 0 knows")
 }

@@ -3,6 +3,7 @@ package grpctransport
 import (
 	"context"
 	"crypto/tls"
+	"fmt"
 	"io"
 	"net"
 	"runtime"
@@ -168,6 +169,10 @@ func TestClose(t *testing.T) {
 }
 
 func TestNewBadInput(t *testing.T) {
+	tooMany := make([]string, dmutex.MaxPeers+1)
+	for i := range tooMany {
+		tooMany[i] = fmt.Sprintf("127.0.0.1:%d", 1+i)
+	}
 	tests := []struct {
 		name  string
 		id    int
@@ -176,6 +181,10 @@ func TestNewBadInput(t *testing.T) {
 		want  string
 	}{
 		{"no addresses", 0, nil, []Option{Insecure()}, "0 addresses"},
+		{"more addresses than MaxPeers", 0, tooMany, []Option{Insecure()}, fmt.Sprintf("%d addresses, want 1 to %d", dmutex.MaxPeers+1, dmutex.MaxPeers)},
+		// MaxPeers addresses pass the first check, and id n is the
+		// first out of range.
+		{"id n of MaxPeers", dmutex.MaxPeers, tooMany[:dmutex.MaxPeers], []Option{Insecure()}, fmt.Sprintf("peer id %d out of range", dmutex.MaxPeers)},
 		{"id out of range", 3, []string{"127.0.0.1:1", "127.0.0.1:2"}, []Option{Insecure()}, "peer id 3"},
 		{"negative id", -1, []string{"127.0.0.1:1"}, []Option{Insecure()}, "peer id -1"},
 		{"bad address", 0, []string{"127.0.0.1:1", "nowhere"}, []Option{Insecure()}, `"nowhere"`},
@@ -240,6 +249,7 @@ func testReconnect(t *testing.T, direct bool) {
 	got = append(got, receive(t, tr0, count-len(got), 20*time.Second)...)
 	requireInOrder(t, got, []int{1}, count)
 	assert.GreaterOrEqual(t, px.accepted(), cuts, "connections through the proxy")
+	assert.Zero(t, tr0.Stats().Refused, "a broken stream counted as refused")
 	t.Logf("%d connections, %d frames resent", px.accepted(), tr1.Stats().Resent)
 }
 
@@ -1365,7 +1375,9 @@ func TestReconnectWithTheSmallestBackoff(t *testing.T) {
 
 // TestErrKeepsTheFirstReason has peer 0 give up twice, over raw streams
 // of peer 1: first for a stream that runs another algorithm, then for a
-// restart of the process it went on to serve. Err names the first reason.
+// restart of the process it went on to serve. Err names the first reason,
+// and in it both sides' clusters, a side without WithCluster as running
+// an unnamed algorithm.
 func TestErrKeepsTheFirstReason(t *testing.T) {
 	const n = 2
 	tr, conn := peerZeroAndRawClient(t, n)
@@ -1383,7 +1395,8 @@ func TestErrKeepsTheFirstReason(t *testing.T) {
 	err = open(ctx, 78, "")
 	require.Equal(t, codes.FailedPrecondition, status.Code(err), "%v", err)
 	require.ErrorContains(t, err, "peer 1 restarted")
-	require.ErrorContains(t, tr.Err(), "cluster mismatch")
+	require.ErrorContains(t, tr.Err(), "cluster mismatch: peer 1 runs "+dmutex.Lamport.String()+" with n=2 and no options, "+
+		"peer 0 runs an unnamed algorithm with n=2 and no options")
 }
 
 // TestCloseFlushesAnAckAFrameCarried has peer 1, which sends nothing back
@@ -1478,4 +1491,41 @@ func TestResentCountsEachFrameSentAgain(t *testing.T) {
 				"Stats.Resent never came to 2")
 		})
 	}
+}
+
+// TestNewListensOnItsAddress starts a transport without WithListener: it
+// listens on its own address (port 0 picks a free one) and serves there;
+// a second transport on the same address cannot listen, and says so.
+func TestNewListensOnItsAddress(t *testing.T) {
+	tr, err := New(0, []string{"127.0.0.1:0"}, Insecure(), quiet)
+	require.NoError(t, err)
+	defer func() { require.NoError(t, tr.Close()) }()
+	addr := tr.Addr().String()
+	require.NotZero(t, tr.Addr().(*net.TCPAddr).Port)
+	c, err := net.Dial("tcp", addr)
+	require.NoError(t, err, "nothing listens on the transport's address")
+	require.NoError(t, c.Close())
+
+	taken, err := New(0, []string{addr}, Insecure(), quiet)
+	require.ErrorContains(t, err, "dmutex: listen")
+	require.Nil(t, taken)
+}
+
+// TestNewFailingLeavesNothingOpen has New fail on an address that gRPC
+// cannot parse, after it has listened on its own address and made a
+// client for an earlier peer: the error names the address, and New
+// closes what it had opened (goleak checks the client; listening on the
+// same port again checks the listener).
+func TestNewFailingLeavesNothingOpen(t *testing.T) {
+	ls, addrs := listeners(t, 2)
+	for _, l := range ls {
+		require.NoError(t, l.Close())
+	}
+	tr, err := New(0, []string{addrs[0], addrs[1], "%zz:1"}, Insecure(), quiet)
+	require.ErrorIs(t, err, dmutex.ErrInvalidConfig)
+	require.Nil(t, tr)
+	assert.Contains(t, err.Error(), `peer 2 at "%zz:1"`)
+	l, err := net.Listen("tcp", addrs[0])
+	require.NoError(t, err, "New left its listener open")
+	require.NoError(t, l.Close())
 }
