@@ -2,6 +2,7 @@ package dmutex
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -369,4 +370,123 @@ func TestFastPathArmsOnlyAfterCleanRounds(t *testing.T) {
 	p.Lock()
 	assert.True(t, armed(p), "the backoff starts over after a message")
 	p.Unlock()
+}
+
+// roundsToArm takes rounds of Lock and Unlock on p and returns the number
+// of the first Lock that finds the fast path armed, which it then leaves.
+func roundsToArm(t *testing.T, p *Peer) int {
+	t.Helper()
+	for i := 1; i <= 20; i++ {
+		p.Lock()
+		armed := p.fast.word.Load()&fastArmed != 0
+		p.Unlock()
+		if armed {
+			return i
+		}
+	}
+	t.Fatal("the fast path did not arm in 20 rounds")
+	return 0
+}
+
+// failProbes takes rounds on p, whose machine m must then change its
+// state every round, until a failed probe has raised the backoff to want;
+// it returns with that round left.
+func failProbes(t *testing.T, p *Peer, m *scripted, want uint32) {
+	t.Helper()
+	p.mu.Lock()
+	m.countInState = true
+	p.mu.Unlock()
+	for i := 0; ; i++ {
+		require.Less(t, i, 20, "no probe raised the backoff to %d", want)
+		p.Lock()
+		p.mu.Lock()
+		backoff := p.fast.backoff
+		p.mu.Unlock()
+		p.Unlock()
+		if backoff == want {
+			break
+		}
+	}
+	p.mu.Lock()
+	m.countInState = false // rounds repeat from now on
+	p.mu.Unlock()
+}
+
+// TestFastPathBacksOff: after a failed probe, the next backoff local
+// holds pass unprobed, the one after starts a probe, and the next entry
+// arms (if the state now repeats), so arming takes backoff + 1 rounds.
+// Each failed probe doubles the backoff; a hold whose request sent a
+// message is no local hold and does not count; and once the path has
+// armed, the next failed probe backs off from 1 again, also when the
+// path was given up without a message (a try that found a fast holder
+// inside).
+func TestFastPathBacksOff(t *testing.T) {
+	for _, backoff := range []uint32{1, 2, 4} {
+		t.Run(fmt.Sprintf("backoff %d", backoff), func(t *testing.T) {
+			m := newScripted()
+			p, _ := scriptedPeer(t, m)
+			failProbes(t, p, m, backoff)
+			assert.Equal(t, int(backoff)+1, roundsToArm(t, p))
+		})
+	}
+	t.Run("a hold whose request sent a message", func(t *testing.T) {
+		m := newScripted()
+		p, _ := scriptedPeer(t, m)
+		failProbes(t, p, m, 2) // that round left one more to skip
+		p.mu.Lock()
+		m.requestSends = true
+		p.mu.Unlock()
+		p.Lock()
+		p.Unlock()
+		p.mu.Lock()
+		m.requestSends = false
+		p.mu.Unlock()
+		assert.Equal(t, 3, roundsToArm(t, p), "the hold that sent a message counted against the backoff")
+	})
+	t.Run("after the path armed", func(t *testing.T) {
+		m := newScripted()
+		p, _ := scriptedPeer(t, m)
+		failProbes(t, p, m, 2)
+		require.Equal(t, 3, roundsToArm(t, p))
+		p.Lock() // fast entry
+		w, _, err := p.try()
+		require.Nil(t, w)
+		require.ErrorIs(t, err, ErrLocked)
+		require.Zero(t, p.fast.word.Load(), "precondition: the try disarmed")
+		p.Unlock()
+		failProbes(t, p, m, 1)
+		assert.Equal(t, 2, roundsToArm(t, p), "the backoff did not start over when the path armed")
+	})
+}
+
+// TestFastPathProbesOnlyLocalHolds: a probe starts only at the release
+// of a hold entered on the Lock goroutine that sent nothing. A hold the
+// machine gave a queued caller, or one a disarm handed back to the
+// machine, is not one, so the path arms two rounds after it, not one.
+func TestFastPathProbesOnlyLocalHolds(t *testing.T) {
+	t.Run("a hold handed back by a disarm", func(t *testing.T) {
+		p, _ := scriptedPeer(t, newScripted())
+		require.Equal(t, 2, roundsToArm(t, p))
+		p.Lock() // fast entry
+		// A try whose lock-free check lost the race to that entry
+		// disarms: the caller inside now holds the machine's hold.
+		w, _, err := p.try()
+		require.Nil(t, w)
+		require.ErrorIs(t, err, ErrLocked)
+		require.Zero(t, p.fast.word.Load(), "precondition: the try disarmed")
+		p.Unlock()
+		assert.Equal(t, 2, roundsToArm(t, p))
+	})
+	t.Run("a hold admitted from the queue", func(t *testing.T) {
+		p, _ := scriptedPeer(t, newScripted())
+		p.Lock() // a local hold, not yet armed
+		w, _, err := p.request(true)
+		require.NoError(t, err)
+		require.NotNil(t, w, "precondition: queued behind the hold")
+		p.Unlock() // the machine enters again, for w
+		<-w.ch
+		require.NoError(t, w.done())
+		p.Unlock() // w's hold, which was not local
+		assert.Equal(t, 2, roundsToArm(t, p))
+	})
 }
