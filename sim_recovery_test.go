@@ -152,7 +152,9 @@ func TestSimulationDetectorOptions(t *testing.T) {
 			assert.ErrorContains(t, err, tt.want)
 		})
 	}
-	_, err := New(RicartAgrawala, 3, WithFalseSuspicions(0.1))
+	_, err := NewSimulation(RicartAgrawala, 3, WithFalseSuspicions(1))
+	assert.NoError(t, err, "a rate of 1, the bound of the range, is a probability")
+	_, err = New(RicartAgrawala, 3, WithFalseSuspicions(0.1))
 	require.True(t, errors.Is(err, ErrInvalidConfig), "a cluster's detector is the transport's: %v", err)
 }
 

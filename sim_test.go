@@ -449,6 +449,9 @@ func TestSimulationDetectsViolations(t *testing.T) {
 			require.ErrorIs(t, err, ErrViolation)
 			assert.Contains(t, err.Error(), tt.wantMsg)
 			require.ErrorIs(t, s.Run(), ErrViolation, "a violation sticks")
+			events := len(s.Events())
+			require.ErrorIs(t, s.Crash(0), ErrViolation, "a crash after a violation returns it")
+			assert.Len(t, s.Events(), events, "and crashes nobody")
 		})
 	}
 }

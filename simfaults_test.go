@@ -272,6 +272,10 @@ func TestSimulationFaultsBadInput(t *testing.T) {
 			assert.Contains(t, err.Error(), fmt.Sprintf("WithLoss(%v)", p))
 		})
 	}
+	for _, p := range []float64{0, 1} {
+		_, err := NewSimulation(Centralized, 3, WithLoss(p))
+		assert.NoError(t, err, "WithLoss(%v), a bound of the range, is a probability", p)
+	}
 	_, err := New(Centralized, 3, WithLoss(0.5))
 	require.ErrorIs(t, err, ErrInvalidConfig)
 	assert.Contains(t, err.Error(), "WithLoss does not apply to a cluster")
@@ -298,8 +302,17 @@ func TestSimulationFaultsBadInput(t *testing.T) {
 	}
 
 	s := simulation(t, variant{alg: Centralized}, 3)
+	s.Heal()
+	assert.Empty(t, s.Events(), "a heal with no partition leaves no trace")
 	require.NoError(t, s.Crash(2))
 	require.NoError(t, s.Crash(2), "a second crash is harmless")
+	crashes := 0
+	for _, e := range s.Events() {
+		if e.Kind == EventCrash {
+			crashes++
+		}
+	}
+	assert.Equal(t, 1, crashes, "a second crash of a crashed peer is no event")
 	err = s.Request(2)
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "request by peer 2, which has crashed")
