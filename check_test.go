@@ -312,12 +312,14 @@ func (l *lifo) clone() machine { return &lifo{l.centralized.clone().(*centralize
 // TestSimulationFindsVanishedToken: the simulator reports a token that
 // vanished without a fault.
 func TestSimulationFindsVanishedToken(t *testing.T) {
-	s := simulation(t, variant{alg: Centralized}, 2)
-	s.w.replaceMachines(func(id, _ int) machine { return &dropper{token: id == 0} })
-	require.NoError(t, s.Request(0))
-	err := s.Run()
-	require.ErrorIs(t, err, ErrViolation)
-	assert.Contains(t, err.Error(), "0 tokens held and 0 in flight, want exactly one in all")
+	for _, d := range []Delivery{DeliverFIFO, DeliverLockStep} {
+		s := simulation(t, variant{alg: Centralized}, 2, WithDelivery(d))
+		s.w.replaceMachines(func(id, _ int) machine { return &dropper{token: id == 0} })
+		require.NoError(t, s.Request(0))
+		err := s.Run()
+		require.ErrorIs(t, err, ErrViolation, "delivery %v", d)
+		assert.Contains(t, err.Error(), "0 tokens held and 0 in flight, want exactly one in all", "delivery %v", d)
+	}
 }
 
 func TestSimulationFindsEntryOutOfOrder(t *testing.T) {

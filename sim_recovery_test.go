@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -281,4 +283,150 @@ func TestOptionString(t *testing.T) {
 	v, err := LookupVariant("centralized-naive-failover")
 	require.NoError(t, err)
 	assert.Contains(t, fmt.Sprint(v.Options), "WithRecovery")
+}
+
+// TestSimulationFalseSuspicionsOnTopOfTheStep drives runs with a crash and
+// a false suspicion rate one Step at a time and checks each step: it
+// takes exactly one choice of its own (a delivery, a leave, or a
+// suspicion or trust the detector owes), and at most one false suspicion
+// on top of it, of a live peer that the live suspecter trusts, counted by
+// FalseSuspicions. A step whose false suspicion breaks a promise ends
+// there. Over all steps the suspicions fire at about their rate.
+func TestSimulationFalseSuspicionsOnTopOfTheStep(t *testing.T) {
+	const n, rate = 3, 0.2
+	stepRE := regexp.MustCompile(`step (\d+):`)
+	steps, fired := 0, 0
+seeds:
+	for seed := range int64(30) {
+		s, err := NewSimulation(RicartAgrawala, n, WithSeed(seed), WithRecovery(), WithFalseSuspicions(rate))
+		require.NoError(t, err)
+		crashed := make([]bool, n)
+		suspects := make([][]bool, n)
+		for i := range suspects {
+			suspects[i] = make([]bool, n)
+		}
+		for i := 0; i < 200; i++ {
+			switch {
+			case i == 40:
+				require.NoError(t, s.Crash(n-1))
+				crashed[n-1] = true
+			case i%10 == 0:
+				for p := range n {
+					if crashed[p] {
+						continue
+					}
+					if err := s.Request(p); err != nil {
+						require.ErrorIs(t, err, ErrViolation) // the last step's, which a request returns
+						continue seeds
+					}
+				}
+			}
+			before, firedBefore := len(s.Events()), s.FalseSuspicions()
+			more, err := s.Step()
+			if !more {
+				if err != nil {
+					break // a deadlock that the false suspicions made
+				}
+				continue // nothing to do until the next requests
+			}
+			steps++
+			own, falseOnes := 0, 0
+			for _, e := range s.Events()[before:] {
+				switch e.Kind {
+				case EventReceive, EventLeave:
+					own++
+				case EventTrust:
+					own++
+					suspects[e.Peer][e.Target] = false
+				case EventSuspect:
+					require.False(t, crashed[e.Peer], "seed %d: crashed peer %d suspects", seed, e.Peer)
+					require.False(t, suspects[e.Peer][e.Target], "seed %d: P%d suspects P%d twice", seed, e.Peer, e.Target)
+					suspects[e.Peer][e.Target] = true
+					if crashed[e.Target] {
+						own++ // owed by the detector
+					} else {
+						falseOnes++
+					}
+				}
+			}
+			assert.Equal(t, s.FalseSuspicions()-firedBefore, falseOnes, "seed %d step %d: FalseSuspicions counts the false ones", seed, i)
+			require.LessOrEqual(t, falseOnes, 1, "seed %d step %d", seed, i)
+			fired += falseOnes
+			if err != nil {
+				require.ErrorIs(t, err, ErrViolation)
+				m := stepRE.FindStringSubmatch(err.Error())
+				require.NotNil(t, m, "%v", err)
+				last, _ := strconv.Atoi(m[1])
+				for _, e := range s.Events()[before:] {
+					assert.LessOrEqual(t, e.Step, last, "seed %d: an event after the violation of step %d: %v", seed, last, e)
+				}
+				break
+			}
+			assert.Equal(t, 1, own, "seed %d step %d: one choice of the step's own", seed, i)
+		}
+	}
+	require.Greater(t, steps, 500)
+	frac := float64(fired) / float64(steps)
+	t.Logf("%d false suspicions in %d steps", fired, steps)
+	assert.True(t, frac > rate/2 && frac < 2*rate, "%d false suspicions in %d steps at a rate of %v", fired, steps, rate)
+}
+
+// suspectEnters is a broken machine for the lock-step round's checks: it
+// enters on a request, and also, with no request, when it starts to
+// suspect a peer.
+type suspectEnters struct{}
+
+func (suspectEnters) step(ev event, out *output) {
+	if ev.kind == evRequest || ev.kind == evSuspect {
+		out.enter()
+	}
+}
+func (suspectEnters) clone() machine              { return suspectEnters{} }
+func (suspectEnters) appendState(b []byte) []byte { return b }
+
+// TestSimulationLockStepOwedSuspicions: a crash at rest, with nothing in
+// flight and nobody inside, still leaves a round to take, the
+// suspicions the detector owes; and a suspicion that breaks a promise
+// ends the round, before the next one owed.
+func TestSimulationLockStepOwedSuspicions(t *testing.T) {
+	s, err := NewSimulation(RicartAgrawala, 3, WithRecovery(), WithDelivery(DeliverLockStep))
+	require.NoError(t, err)
+	require.NoError(t, s.Request(0))
+	require.NoError(t, s.Run())
+	require.NoError(t, s.Crash(2))
+	more, err := s.Step()
+	require.NoError(t, err)
+	assert.True(t, more, "the suspicions owed are a round")
+	suspicions := func() (n int) {
+		for _, e := range s.Events() {
+			if e.Kind == EventSuspect {
+				n++
+			}
+		}
+		return n
+	}
+	assert.Equal(t, 2, suspicions(), "both survivors suspect the crashed peer")
+
+	s, err = NewSimulation(Centralized, 3, WithRecovery(), WithDelivery(DeliverLockStep))
+	require.NoError(t, err)
+	s.w.replaceMachines(func(int, int) machine { return suspectEnters{} })
+	require.NoError(t, s.Request(1)) // inside
+	require.NoError(t, s.Crash(2))
+	_, err = s.Step()
+	require.ErrorIs(t, err, ErrViolation)
+	assert.ErrorContains(t, err, "peer 0 entered without a request")
+	assert.Equal(t, 1, suspicions(), "the round ended at the violation")
+}
+
+// TestSimulationFalseSuspicionsNeedALivePair: with every live peer's
+// every live peer suspected, or none left to suspect, a false suspicion
+// due has nothing to fire and is not counted.
+func TestSimulationFalseSuspicionsNeedALivePair(t *testing.T) {
+	s, err := NewSimulation(RicartAgrawala, 2, WithRecovery(), WithFalseSuspicions(1))
+	require.NoError(t, err)
+	require.NoError(t, s.Request(0))
+	require.NoError(t, s.Crash(1)) // peer 0 has no live peer to suspect
+	require.NoError(t, s.Run())
+	assert.Zero(t, s.FalseSuspicions())
+	assert.Equal(t, uint64(1), s.Stats().Entries)
 }
