@@ -21,7 +21,7 @@ import (
 
 // TestHealthService asks a running transport, insecure and with mutual
 // TLS, for its health with the standard client, and watches it turn
-// NOT_SERVING at Close.
+// NOT_SERVING at Close, before the Watch stream ends.
 func TestHealthService(t *testing.T) {
 	require.Equal(t, wirepb.Link_ServiceDesc.ServiceName, HealthService)
 	ca := testpki.New(t)
@@ -61,19 +61,20 @@ func TestHealthService(t *testing.T) {
 			first, err := watch.Recv()
 			require.NoError(t, err)
 			require.Equal(t, healthpb.HealthCheckResponse_SERVING, first.GetStatus())
+			// Once the Watch handler waits for a change, the change
+			// that Close makes first is handed to it before the end of
+			// the stream can be.
+			require.Eventually(t, func() bool { return parkedIn("grpc/health.(*Server).Watch(", "select") == 1 },
+				30*time.Second, time.Millisecond, "the Watch handler never came to wait")
 			closed := make(chan error, 1)
 			go func() { closed <- tr.Close() }()
-			for {
-				next, err := watch.Recv()
-				if err != nil {
-					// Ended by the handler at Close, not cut by the
-					// server's Stop once GracefulStop gave up on it.
-					assert.Equal(t, codes.Canceled, status.Code(err), "%v", err)
-					break
-				}
-				// The change can lose the race with the end of the stream.
-				assert.Equal(t, healthpb.HealthCheckResponse_NOT_SERVING, next.GetStatus())
-			}
+			next, err := watch.Recv()
+			require.NoError(t, err, "the stream ended without NOT_SERVING")
+			assert.Equal(t, healthpb.HealthCheckResponse_NOT_SERVING, next.GetStatus())
+			_, err = watch.Recv()
+			// Ended by the handler at Close, not cut by the server's
+			// Stop once GracefulStop gave up on it.
+			assert.Equal(t, codes.Canceled, status.Code(err), "%v", err)
 			require.NoError(t, <-closed)
 		})
 	}
