@@ -526,6 +526,28 @@ type proxy struct {
 	wg    sync.WaitGroup
 }
 
+// proxiedPair starts two insecure transports, closed at the test's end,
+// where peer 1 reaches peer 0 through a proxy and peer 0 reaches peer 1
+// directly; opts1 come last in peer 1's options (after fastRetry, so a
+// WithBackoff there wins).
+func proxiedPair(t *testing.T, opts1 ...Option) ([]*Transport, *proxy) {
+	t.Helper()
+	ls, addrs := listeners(t, 2)
+	px := newProxy(t, addrs[0])
+	var trs []*Transport
+	for i, a := range [][]string{addrs, {px.addr(), addrs[1]}} {
+		opts := []Option{WithListener(ls[i]), Insecure(), fastRetry, quiet}
+		if i == 1 {
+			opts = append(opts, opts1...)
+		}
+		tr, err := New(i, a, opts...)
+		require.NoError(t, err)
+		t.Cleanup(func() { require.NoError(t, tr.Close()) })
+		trs = append(trs, tr)
+	}
+	return trs, px
+}
+
 func newProxy(t *testing.T, target string) *proxy {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
@@ -1352,18 +1374,7 @@ func TestSetDeliverRacingTheFirstMessage(t *testing.T) {
 // first retry, drawn between half the backoff and all of it, must come
 // out of that range without a division by zero, and the link reconnect.
 func TestReconnectWithTheSmallestBackoff(t *testing.T) {
-	ls, addrs := listeners(t, 2)
-	px := newProxy(t, addrs[0])
-	var trs []*Transport
-	for i, opts := range [][]Option{
-		{WithListener(ls[0]), Insecure(), fastRetry, quiet},
-		{WithListener(ls[1]), Insecure(), WithBackoff(time.Nanosecond, 100*time.Millisecond), quiet},
-	} {
-		tr, err := New(i, [][]string{addrs, {px.addr(), addrs[1]}}[i], opts...)
-		require.NoError(t, err)
-		t.Cleanup(func() { require.NoError(t, tr.Close()) })
-		trs = append(trs, tr)
-	}
+	trs, px := proxiedPair(t, WithBackoff(time.Nanosecond, 100*time.Millisecond))
 	require.NoError(t, trs[1].Send(0, msg(1, 0, 1)))
 	got := receive(t, trs[0], 1, 30*time.Second)
 	px.cut()
@@ -1406,17 +1417,9 @@ func TestErrKeepsTheFirstReason(t *testing.T) {
 // (a proxy drops it). Close must still send its own acknowledgement, as
 // a carried one may not arrive.
 func TestCloseFlushesAnAckAFrameCarried(t *testing.T) {
-	ls, addrs := listeners(t, 2)
-	px := newProxy(t, addrs[0])
 	d := ackDelay
 	ackDelay = time.Hour // only acknowledgements riding on frames, hellos or Close
-	var trs []*Transport
-	for i, a := range [][]string{addrs, {px.addr(), addrs[1]}} {
-		tr, err := New(i, a, WithListener(ls[i]), Insecure(), fastRetry, quiet)
-		require.NoError(t, err)
-		t.Cleanup(func() { require.NoError(t, tr.Close()) })
-		trs = append(trs, tr)
-	}
+	trs, px := proxiedPair(t)
 	ackDelay = d
 	barrierPair(t, trs)
 
@@ -1455,15 +1458,7 @@ func TestResentCountsEachFrameSentAgain(t *testing.T) {
 		{"tokens", token},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			ls, addrs := listeners(t, 2)
-			px := newProxy(t, addrs[0])
-			var trs []*Transport
-			for i, a := range [][]string{addrs, {px.addr(), addrs[1]}} {
-				tr, err := New(i, a, WithListener(ls[i]), Insecure(), fastRetry, quiet)
-				require.NoError(t, err)
-				t.Cleanup(func() { require.NoError(t, tr.Close()) })
-				trs = append(trs, tr)
-			}
+			trs, px := proxiedPair(t)
 			require.NoError(t, trs[1].Send(0, msg(1, 0, 1)))
 			got := receive(t, trs[0], 1, 30*time.Second)
 			require.Eventually(t, func() bool { return trs[1].unacked(0) == 0 }, 30*time.Second, time.Millisecond)
