@@ -214,7 +214,9 @@ func TestFaultsValidation(t *testing.T) {
 		{"negative delay", RicartAgrawala, Faults{Delay: -1}, "Faults.Delay = -1ns"},
 		{"negative jitter", RicartAgrawala, Faults{Jitter: -time.Second}, "Faults.Jitter = -1s"},
 		{"loss above one", Centralized, Faults{Loss: 1.5}, "Faults.Loss = 1.5"},
+		{"negative loss", Centralized, Faults{Loss: -0.1}, "Faults.Loss = -0.1"},
 		{"reorder without jitter", Centralized, Faults{Reorder: true}, "needs a Jitter"},
+		{"reorder without jitter for lamport", Lamport, Faults{Reorder: true}, "needs a Jitter"}, // the Faults' own check first
 		{"reorder for lamport", Lamport, Faults{Jitter: time.Millisecond, Reorder: true}, "lamport is only correct over per-pair FIFO"},
 	}
 	for _, tt := range tests {
@@ -224,11 +226,20 @@ func TestFaultsValidation(t *testing.T) {
 			assert.Contains(t, err.Error(), tt.want)
 		})
 	}
+	for _, loss := range []float64{0, 1} {
+		c, err := New(Centralized, 3, WithFaults(Faults{Loss: loss}))
+		require.NoError(t, err, "Faults.Loss = %v, a bound of the range, is a probability", loss)
+		require.NoError(t, c.Close())
+	}
 	nw := NewChanNetwork(3)
 	defer nw.Close()
+	require.ErrorIs(t, nw.SetFaults(Faults{Delay: -1}), ErrInvalidConfig)
+	require.ErrorIs(t, nw.Crash(-1), ErrInvalidConfig)
 	require.ErrorIs(t, nw.Crash(3), ErrInvalidConfig)
 	require.ErrorContains(t, nw.Partition([]int{0, 1}, []int{1}), "peer 1 twice")
 	require.ErrorContains(t, nw.Partition([]int{5}), "peer 5")
+	require.ErrorContains(t, nw.Partition([]int{-1}), "peer -1")
+	require.ErrorContains(t, nw.Partition([]int{3}), "peer 3, out of range [0, 3)")
 }
 
 // TestLossIsSeeded checks that a seeded loss rate loses the same messages
@@ -252,4 +263,49 @@ func TestLossIsSeeded(t *testing.T) {
 	assert.NotEqual(t, a, lost(43))
 	assert.Greater(t, len(a), 10)
 	assert.Less(t, len(a), 54)
+}
+
+// TestWithFaultsApplies: the faults given to New are the network's, here
+// a loss of every message.
+func TestWithFaultsApplies(t *testing.T) {
+	c, err := New(Centralized, 2, WithFaults(Faults{Loss: 1}))
+	require.NoError(t, err)
+	defer c.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.Peer(1).LockContext(ctx) }() // its request to the coordinator is lost
+	require.Eventually(t, func() bool { return c.Network().Dropped() > 0 }, time.Minute, time.Millisecond)
+	cancel()
+	require.ErrorIs(t, <-done, context.Canceled, "nothing it sent arrived")
+}
+
+// TestChanNetworkCloseTwice: a network closes twice without harm, also
+// with faults and a delayed message pending; one that never had faults
+// has dropped nothing.
+func TestChanNetworkCloseTwice(t *testing.T) {
+	nw := NewChanNetwork(2)
+	assert.Zero(t, nw.Dropped(), "no faults, nothing dropped")
+	require.NoError(t, nw.Close())
+	require.NoError(t, nw.Close())
+
+	nw = NewChanNetwork(2)
+	require.NoError(t, nw.SetFaults(Faults{Delay: time.Hour}))
+	require.NoError(t, nw.Endpoint(0).Send(1, Message{Kind: KindRequest, From: 0, To: 1}))
+	require.NoError(t, nw.Close())
+	require.NoError(t, nw.Close(), "a second Close")
+	assert.Zero(t, nw.Dropped())
+}
+
+// TestLossAtItsRate: a loss rate of 0.1 loses about a tenth of the
+// messages, for a fixed seed exactly the same ones every run.
+func TestLossAtItsRate(t *testing.T) {
+	nw := NewChanNetwork(2)
+	defer nw.Close()
+	require.NoError(t, nw.SetFaults(Faults{Loss: 0.1, Seed: 1}))
+	const sent = 1000
+	for range sent {
+		require.NoError(t, nw.Endpoint(0).Send(1, Message{Kind: KindRequest, From: 0, To: 1}))
+	}
+	lost := nw.Dropped()
+	assert.True(t, lost > sent/20 && lost < sent/5, "%d of %d messages lost at a rate of 0.1", lost, sent)
 }

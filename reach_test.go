@@ -315,6 +315,12 @@ func TestChanEndpointReachable(t *testing.T) {
 	ok, since2 := nw.Endpoint(3).Reachable(1)
 	assert.False(t, ok, "from a crashed peer's own endpoint")
 	assert.Equal(t, since, since2, "since the same crash")
+	require.NoError(t, nw.Crash(3))
+	for _, e := range []*ChanEndpoint{e0, e1, e2} {
+		changed(e)
+	}
+	_, since3 := e0.Reachable(3)
+	assert.Equal(t, since, since3, "a second crash keeps the time of the first")
 	assert.True(t, reachable(e0, 1), "a live peer")
 	for _, id := range []int{-1, 4} {
 		ok, since := e0.Reachable(id)
