@@ -309,3 +309,32 @@ func TestLossAtItsRate(t *testing.T) {
 	lost := nw.Dropped()
 	assert.True(t, lost > sent/20 && lost < sent/5, "%d of %d messages lost at a rate of 0.1", lost, sent)
 }
+
+// TestJitterDelaysAndReorders: a jitter alone delays a message (for this
+// seed, by minutes: it is not delivered at once), and with Reorder a
+// later message of the same pair may fall due before an earlier one,
+// where without it each waits for the one before.
+func TestJitterDelaysAndReorders(t *testing.T) {
+	for _, reorder := range []bool{false, true} {
+		nw := NewChanNetwork(2)
+		require.NoError(t, nw.SetFaults(Faults{Jitter: time.Hour, Reorder: reorder, Seed: 3}))
+		for range 2 {
+			require.NoError(t, nw.Endpoint(0).Send(1, Message{Kind: KindRequest, From: 0, To: 1}))
+		}
+		assert.Zero(t, len(nw.Endpoint(1).Recv()), "jittered messages delivered at once")
+		fs := nw.faults
+		fs.mu.Lock()
+		at := map[uint64]time.Time{}
+		for _, d := range fs.pending {
+			at[d.seq] = d.at
+		}
+		fs.mu.Unlock()
+		require.Len(t, at, 2)
+		if reorder {
+			assert.True(t, at[2].Before(at[1]), "with Reorder the second message falls due first (seed 3)")
+		} else {
+			assert.False(t, at[2].Before(at[1]), "without Reorder the second waits for the first")
+		}
+		require.NoError(t, nw.Close())
+	}
+}
