@@ -412,6 +412,20 @@ func failProbes(t *testing.T, p *Peer, m *scripted, want uint32) {
 	p.mu.Unlock()
 }
 
+// holdThroughADisarm takes one fast entry on p, whose path must be armed,
+// and a try whose lock-free check lost the race to that entry: the try
+// disarms, so the caller inside now holds the machine's hold; then it
+// leaves.
+func holdThroughADisarm(t *testing.T, p *Peer) {
+	t.Helper()
+	p.Lock() // fast entry
+	w, _, err := p.try()
+	require.Nil(t, w)
+	require.ErrorIs(t, err, ErrLocked)
+	require.Zero(t, p.fast.word.Load(), "precondition: the try disarmed")
+	p.Unlock()
+}
+
 // TestFastPathBacksOff: after a failed probe, the next backoff local
 // holds pass unprobed, the one after starts a probe, and the next entry
 // arms (if the state now repeats), so arming takes backoff + 1 rounds.
@@ -448,12 +462,7 @@ func TestFastPathBacksOff(t *testing.T) {
 		p, _ := scriptedPeer(t, m)
 		failProbes(t, p, m, 2)
 		require.Equal(t, 3, roundsToArm(t, p))
-		p.Lock() // fast entry
-		w, _, err := p.try()
-		require.Nil(t, w)
-		require.ErrorIs(t, err, ErrLocked)
-		require.Zero(t, p.fast.word.Load(), "precondition: the try disarmed")
-		p.Unlock()
+		holdThroughADisarm(t, p)
 		failProbes(t, p, m, 1)
 		assert.Equal(t, 2, roundsToArm(t, p), "the backoff did not start over when the path armed")
 	})
@@ -467,14 +476,7 @@ func TestFastPathProbesOnlyLocalHolds(t *testing.T) {
 	t.Run("a hold handed back by a disarm", func(t *testing.T) {
 		p, _ := scriptedPeer(t, newScripted())
 		require.Equal(t, 2, roundsToArm(t, p))
-		p.Lock() // fast entry
-		// A try whose lock-free check lost the race to that entry
-		// disarms: the caller inside now holds the machine's hold.
-		w, _, err := p.try()
-		require.Nil(t, w)
-		require.ErrorIs(t, err, ErrLocked)
-		require.Zero(t, p.fast.word.Load(), "precondition: the try disarmed")
-		p.Unlock()
+		holdThroughADisarm(t, p)
 		assert.Equal(t, 2, roundsToArm(t, p))
 	})
 	t.Run("a hold admitted from the queue", func(t *testing.T) {

@@ -16,7 +16,6 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/dmutex/dmutex"
-	"github.com/dmutex/dmutex/grpctransport/internal/wirepb"
 )
 
 // TestUnreachableOverGRPC starts, for every algorithm, three peers over
@@ -205,10 +204,7 @@ func TestRefusedRestartUnreachableAtOnce(t *testing.T) {
 	defer func() { _ = conn.Close() }()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	open := func(ctx context.Context, epoch uint64) error {
-		_, err := openStream(t, ctx, conn, &wirepb.Hello{From: 1, To: 0, N: n, Epoch: epoch, FirstSeq: 1})()
-		return err
-	}
+	open := helloOpener(t, conn, n)
 	first, stop := context.WithCancel(ctx)
 	require.NoError(t, open(first, 77))
 	stop()

@@ -1215,6 +1215,15 @@ func barrierPair(t *testing.T, trs []*Transport) {
 	require.NoError(t, <-done)
 }
 
+// helloOpener returns a function that opens a stream to peer 0 over conn
+// as peer 1 of n, with epoch, and returns what its hello got back.
+func helloOpener(t *testing.T, conn *grpc.ClientConn, n uint32) func(ctx context.Context, epoch uint64) error {
+	return func(ctx context.Context, epoch uint64) error {
+		_, err := openStream(t, ctx, conn, &wirepb.Hello{From: 1, To: 0, N: n, Epoch: epoch, FirstSeq: 1})()
+		return err
+	}
+}
+
 // TestEveryRestartRefused plays three processes of peer 1 over raw
 // streams to peer 0: the first is served, and the second and the third,
 // restarts of it, are each refused. The refusal of the second must leave
@@ -1224,10 +1233,7 @@ func TestEveryRestartRefused(t *testing.T) {
 	tr, conn := peerZeroAndRawClient(t, n)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	open := func(ctx context.Context, epoch uint64) error {
-		_, err := openStream(t, ctx, conn, &wirepb.Hello{From: 1, To: 0, N: n, Epoch: epoch, FirstSeq: 1})()
-		return err
-	}
+	open := helloOpener(t, conn, n)
 
 	first, stop := context.WithCancel(ctx)
 	require.NoError(t, open(first, 77), "the first process's hello is acknowledged")
