@@ -16,6 +16,7 @@ type scriptReach struct {
 	mu      sync.Mutex
 	down    map[int]time.Time
 	changed chan struct{}
+	asked   chan int // if not nil, every Reachable call sends its id here
 }
 
 func newScriptReach() *scriptReach {
@@ -23,10 +24,21 @@ func newScriptReach() *scriptReach {
 }
 
 func (s *scriptReach) Reachable(id int) (bool, time.Time) {
+	if s.asked != nil {
+		s.asked <- id
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	t, down := s.down[id]
 	return !down, t
+}
+
+// signal makes the peer's watcher ask again, as a change would.
+func (s *scriptReach) signal() {
+	select {
+	case s.changed <- struct{}{}:
+	default:
+	}
 }
 
 func (s *scriptReach) ReachChanged() <-chan struct{} { return s.changed }
@@ -36,10 +48,7 @@ func (s *scriptReach) cut(id int) {
 	s.mu.Lock()
 	s.down[id] = time.Now()
 	s.mu.Unlock()
-	select {
-	case s.changed <- struct{}{}:
-	default:
-	}
+	s.signal()
 }
 
 // TestFailoverFenceEpoch: at run time, the grantee of a new coordinator

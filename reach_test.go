@@ -346,3 +346,52 @@ func TestChanEndpointReachable(t *testing.T) {
 	assert.True(t, reachable(e2, 1), "healed")
 	assert.False(t, reachable(e2, 3), "a crash outlasts a heal")
 }
+
+// TestUnreachableNotBeforeTheBound: a peer that has been down for less
+// than WithUnreachableAfter allows is not suspected. The test knows that
+// the watcher has weighed the cut: it waits for the watcher to ask about
+// peer 1 after the cut and then once more, after a second signal, by
+// which time the first assessment has been applied.
+func TestUnreachableNotBeforeTheBound(t *testing.T) {
+	tr := newScriptReach()
+	tr.asked = make(chan int, 16)
+	p, err := NewPeer(RicartAgrawala, 0, 2, tr, WithUnreachableAfter(time.Hour))
+	require.NoError(t, err)
+	defer func() { require.NoError(t, p.Close()) }()
+	askedAbout1 := func() {
+		t.Helper()
+		for {
+			select {
+			case id := <-tr.asked:
+				if id == 1 {
+					return
+				}
+			case <-time.After(time.Minute):
+				t.Fatal("the watcher never asked about peer 1")
+			}
+		}
+	}
+	askedAbout1() // the watcher's first look
+	tr.cut(1)
+	askedAbout1()
+	tr.signal()
+	askedAbout1()
+	assert.Empty(t, p.Suspected(), "peer 1 has been down for less than an hour")
+}
+
+// TestCrashedPeerDoesNotSuspectItself: a crashed endpoint finds every
+// peer unreachable, its own id included; the peer suspects the others
+// and never itself.
+func TestCrashedPeerDoesNotSuspectItself(t *testing.T) {
+	c, err := NewRicartAgrawala(2, WithUnreachableAfter(time.Millisecond))
+	require.NoError(t, err)
+	defer func() { require.NoError(t, c.Close()) }()
+	require.NoError(t, c.Network().Crash(0))
+	p := c.Peer(0).(*Peer)
+	deadline := time.Now().Add(time.Minute)
+	for len(p.Suspected()) == 0 {
+		require.False(t, time.Now().After(deadline), "the crashed peer never suspected anyone")
+		time.Sleep(time.Millisecond)
+	}
+	assert.Equal(t, []int{1}, p.Suspected())
+}
