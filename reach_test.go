@@ -3,6 +3,7 @@ package dmutex
 import (
 	"context"
 	"errors"
+	"fmt"
 	"runtime"
 	"slices"
 	"strings"
@@ -394,4 +395,24 @@ func TestCrashedPeerDoesNotSuspectItself(t *testing.T) {
 		time.Sleep(time.Millisecond)
 	}
 	assert.Equal(t, []int{1}, p.Suspected())
+}
+
+// TestUnreachableWakesForTheFirstToPassTheBound: of two peers down, the
+// watcher wakes when the first of them passes the bound, whichever peer
+// it asks about first: peer 2 and peer 1 here go down long before the
+// other, and are suspected with no further change to wake the watcher.
+func TestUnreachableWakesForTheFirstToPassTheBound(t *testing.T) {
+	for _, early := range []int{1, 2} {
+		t.Run(fmt.Sprintf("peer %d first", early), func(t *testing.T) {
+			const after = time.Hour
+			tr := newScriptReach()
+			now := time.Now()
+			tr.down[early] = now.Add(-after + 50*time.Millisecond) // passes the bound soon
+			tr.down[3-early] = now                                 // in an hour
+			p, err := NewPeer(RicartAgrawala, 0, 3, tr, WithUnreachableAfter(after))
+			require.NoError(t, err)
+			defer func() { require.NoError(t, p.Close()) }()
+			waitSuspected(t, p, []int{early})
+		})
+	}
 }
