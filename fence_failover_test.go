@@ -99,3 +99,21 @@ func TestFailoverFencesPastTheEpochs(t *testing.T) {
 		assert.Equal(t, uint64(6), c.nextFence(5), "term %d", term)
 	}
 }
+
+// TestFailoverSuspicionRefusesATry: a try out to a coordinator that then
+// becomes suspected is refused when its peer takes over: TryLockContext
+// returns ErrLocked at once rather than wait for an answer that will not
+// come.
+func TestFailoverSuspicionRefusesATry(t *testing.T) {
+	tr := newScriptReach()
+	p, err := NewPeer(Centralized, 1, 3, tr, WithRecovery(), WithUnreachableAfter(time.Millisecond))
+	require.NoError(t, err)
+	defer p.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	tried := make(chan error, 1)
+	go func() { tried <- p.TryLockContext(ctx) }()
+	require.Equal(t, Message{Kind: KindTry, From: 1, To: 0, Ref: 1}, tr.nextSent(t), "the try")
+	tr.cut(0)
+	require.ErrorIs(t, <-tried, ErrLocked)
+}
