@@ -337,3 +337,25 @@ func describePeers(ids []int) string {
 	}
 	return "[" + strings.Join(parts, " ") + "]"
 }
+
+// coordinated is implemented by machines whose coordinator grants in the
+// order requests arrive there; coordinatorID names the coordinator, or is
+// -1 when the coordinator changes (centralized failover) and no order is
+// promised across the changes.
+type coordinated interface {
+	coordinatorID() int
+}
+
+// idleChecker is implemented by machines that can say what must hold of
+// them once the whole cluster is at rest, with nothing in flight and
+// nobody waiting (a Maekawa voter's vote must be home). idleViolation
+// returns "" when all is well.
+type idleChecker interface {
+	idleViolation() string
+}
+
+// describer is implemented by every machine: its state for people, one
+// labelled field at a time.
+type describer interface {
+	describe() []Field
+}

@@ -1,0 +1,583 @@
+package dmutex
+
+// A World's transitions: what each one is, which are enabled, and Apply, which takes one.
+
+import (
+	"fmt"
+	"slices"
+)
+
+// A TransitionKind says what a Transition does.
+type TransitionKind uint8
+
+// The transition kinds. Later kinds (a suspicion, a TryLock) are added at
+// the end, so that the letters of existing IDs never change.
+const (
+	TransRequest   TransitionKind = iota + 1 // the peer asks for the critical section
+	TransDeliver                             // a message in flight reaches its receiver
+	TransLeave                               // the peer inside leaves the critical section
+	TransCrash                               // the peer crashes for good
+	TransLose                                // a message in flight is lost
+	TransTry                                 // the peer tries the critical section, as TryLock does
+	TransPartition                           // the network splits into the checker's groups
+	TransHeal                                // the partition ends
+	TransSuspect                             // the peer's failure detector starts suspecting Target
+	TransTrust                               // the peer's failure detector trusts Target again
+	TransWrite                               // the peer inside writes to the fenced store
+	numTransitionKinds
+)
+
+// transitionLetters are the first letters of transition IDs.
+var transitionLetters = [numTransitionKinds]byte{
+	TransRequest:   'r',
+	TransDeliver:   'd',
+	TransLeave:     'l',
+	TransCrash:     'c',
+	TransLose:      'x',
+	TransTry:       't',
+	TransPartition: 'p',
+	TransHeal:      'h',
+	TransSuspect:   's',
+	TransTrust:     'u',
+	TransWrite:     'w',
+}
+
+// A Transition is one move a World can make. Its ID is stable and small,
+// fit for a URL: the same choices from the same start give the same IDs.
+type Transition struct {
+	Kind TransitionKind
+	Peer int     // who requests, leaves or crashes; for a delivery or a loss, the receiver
+	Seq  uint64  // TransDeliver and TransLose: the message's serial number
+	Msg  Message // TransDeliver and TransLose: the message
+	// Target is the peer suspected or trusted again, for TransSuspect
+	// and TransTrust.
+	Target int
+}
+
+// ID returns the transition's identity: a letter for the kind and the
+// peer or the message's serial number, such as "r0" (P0 requests), "d7"
+// (message 7 is delivered), "l2", "c1", "x7" or "t1" (P1 tries).
+func (t Transition) ID() string {
+	if t.Kind == 0 || t.Kind >= numTransitionKinds {
+		return "?"
+	}
+	switch t.Kind {
+	case TransDeliver, TransLose:
+		return fmt.Sprintf("%c%d", transitionLetters[t.Kind], t.Seq)
+	case TransPartition, TransHeal:
+		return string(transitionLetters[t.Kind])
+	case TransSuspect, TransTrust:
+		return fmt.Sprintf("%c%d-%d", transitionLetters[t.Kind], t.Peer, t.Target)
+	}
+	return fmt.Sprintf("%c%d", transitionLetters[t.Kind], t.Peer)
+}
+
+// String describes the transition for people, such as
+// "P1 receives request P0->P1 ts=1".
+func (t Transition) String() string {
+	switch t.Kind {
+	case TransRequest:
+		return fmt.Sprintf("P%d requests", t.Peer)
+	case TransTry:
+		return fmt.Sprintf("P%d tries", t.Peer)
+	case TransDeliver:
+		return fmt.Sprintf("P%d receives %s", t.Peer, formatMessage(t.Msg, true))
+	case TransLeave:
+		return fmt.Sprintf("P%d leaves", t.Peer)
+	case TransCrash:
+		return fmt.Sprintf("P%d crashes", t.Peer)
+	case TransLose:
+		return fmt.Sprintf("%s is lost", formatMessage(t.Msg, true))
+	case TransPartition:
+		return "the network splits"
+	case TransHeal:
+		return "the partition heals"
+	case TransSuspect:
+		return fmt.Sprintf("P%d suspects P%d", t.Peer, t.Target)
+	case TransTrust:
+		return fmt.Sprintf("P%d trusts P%d again", t.Peer, t.Target)
+	case TransWrite:
+		return fmt.Sprintf("P%d writes", t.Peer)
+	}
+	return fmt.Sprintf("Transition(%d)", uint8(t.Kind))
+}
+
+// A Step is what one Apply did: the transition taken, the peer whose
+// machine entered in it (or -1; also when the entry broke a promise, so
+// that the trace of a safety violation shows who went in), whether the try of the transition's peer was
+// refused in it, and, when the world records a trace, its events.
+type Step struct {
+	Transition Transition
+	Entered    int
+	Refused    bool
+	Events     []Event
+
+	// Write, for a TransWrite: the fence written with and whether the
+	// store accepted it.
+	Fence    uint64
+	Accepted bool
+
+	overlap error // fenced store: the step let a second holder in, not fatal
+}
+
+// String describes the step, such as "P1 receives reply P0->P1, enters".
+func (s Step) String() string {
+	if s.Transition.Kind == TransWrite {
+		if s.Accepted {
+			return fmt.Sprintf("%v with fence %s, accepted", s.Transition, formatFence(s.Fence))
+		}
+		return fmt.Sprintf("%v with fence %s, refused", s.Transition, formatFence(s.Fence))
+	}
+	if s.Refused {
+		return s.Transition.String() + ", refused"
+	}
+	if s.Entered >= 0 {
+		if s.Entered == s.Transition.Peer {
+			return s.Transition.String() + ", enters"
+		}
+		return fmt.Sprintf("%v, P%d enters", s.Transition, s.Entered)
+	}
+	return s.Transition.String()
+}
+
+// Transitions returns every transition enabled now, in a canonical order:
+// each peer's request or leave by peer, then the deliveries (by pair with
+// FIFO queues, in the bag's order otherwise, one per distinct message),
+// then the faults a checker may inject. It returns nil after a violation.
+func (w *World) Transitions() []Transition {
+	return w.appendTransitions(nil, true)
+}
+
+// appendTransitions appends the enabled transitions to trs, the fault
+// transitions only if faults is set.
+func (w *World) appendTransitions(trs []Transition, faults bool) []Transition {
+	if w.err != nil {
+		return trs
+	}
+	for p := range w.n {
+		if w.isCrashed(p) {
+			continue
+		}
+		s := &w.peers[p]
+		switch {
+		case s.inside && w.store != nil && w.store.writes[p] < writesPerHold:
+			trs = append(trs, Transition{Kind: TransWrite, Peer: p})
+		case s.inside:
+			trs = append(trs, Transition{Kind: TransLeave, Peer: p})
+		case !s.requested:
+			if s.budget != 0 {
+				trs = append(trs, Transition{Kind: TransRequest, Peer: p})
+			}
+			if s.tries != 0 {
+				trs = append(trs, Transition{Kind: TransTry, Peer: p})
+			}
+		}
+	}
+	if w.queues != nil {
+		for _, q := range w.queues {
+			if len(q) > 0 {
+				trs = append(trs, Transition{Kind: TransDeliver, Peer: q[0].m.To, Seq: q[0].seq, Msg: q[0].m})
+			}
+		}
+	} else {
+		for i, e := range w.bag {
+			if !w.bagDup(i) {
+				trs = append(trs, Transition{Kind: TransDeliver, Peer: e.m.To, Seq: e.seq, Msg: e.m})
+			}
+		}
+	}
+	trs = w.appendDetector(trs, false)
+	if !faults {
+		return trs
+	}
+	trs = w.appendDetector(trs, true)
+	if w.f.crashLeft > 0 {
+		for p := range w.n {
+			if !w.isCrashed(p) && (w.f.crashWho < 0 || w.f.crashWho == p) && (!w.f.crashIn || w.peers[p].inside) {
+				trs = append(trs, Transition{Kind: TransCrash, Peer: p})
+			}
+		}
+	}
+	if w.f.partLeft > 0 {
+		trs = append(trs, Transition{Kind: TransPartition, Peer: -1})
+	}
+	if w.f.healLeft > 0 && w.f.group != nil {
+		trs = append(trs, Transition{Kind: TransHeal, Peer: -1})
+	}
+	if w.f.loseLeft > 0 {
+		lose := func(e envelope) {
+			if w.f.loseKind == 0 || e.m.Kind == w.f.loseKind {
+				trs = append(trs, Transition{Kind: TransLose, Peer: e.m.To, Seq: e.seq, Msg: e.m})
+			}
+		}
+		if w.queues != nil {
+			for _, q := range w.queues {
+				for _, e := range q {
+					lose(e)
+				}
+			}
+		} else {
+			for i, e := range w.bag {
+				if !w.bagDup(i) {
+					lose(e)
+				}
+			}
+		}
+	}
+	return trs
+}
+
+// appendDetector appends the failure detector's transitions: with free
+// unset those it owes (a suspicion of a crashed peer, a trust of a live
+// suspected one), which happen eventually; with free set the false
+// suspicions it may still make.
+func (w *World) appendDetector(trs []Transition, free bool) []Transition {
+	if w.f.detector == 0 || (free && (w.f.detector != DetectorImperfect || w.f.falseLeft <= 0)) {
+		return trs
+	}
+	for i := range w.n {
+		if w.isCrashed(i) {
+			continue
+		}
+		for j := range w.n {
+			if j == i {
+				continue
+			}
+			sus, dead := w.suspects(i, j), w.isCrashed(j)
+			switch {
+			case !free && !sus && dead:
+				trs = append(trs, Transition{Kind: TransSuspect, Peer: i, Target: j})
+			case !free && sus && !dead:
+				trs = append(trs, Transition{Kind: TransTrust, Peer: i, Target: j})
+			case free && !sus && !dead:
+				trs = append(trs, Transition{Kind: TransSuspect, Peer: i, Target: j})
+			}
+		}
+	}
+	return trs
+}
+
+// maxDetectorPeers is the largest cluster a World models a failure
+// detector for: suspects keeps one bit per ordered pair in a uint64.
+const maxDetectorPeers = 8
+
+// suspectsAny reports whether peer i's failure detector suspects anyone.
+func (w *World) suspectsAny(i int) bool {
+	return w.f.suspects>>uint(i*w.n)&(1<<uint(w.n)-1) != 0
+}
+
+// suspects reports whether peer i's failure detector suspects peer j.
+func (w *World) suspects(i, j int) bool { return w.f.suspects&(1<<uint(i*w.n+j)) != 0 }
+
+// Find returns the enabled transition whose ID is id.
+func (w *World) Find(id string) (Transition, bool) {
+	for _, t := range w.Transitions() {
+		if t.ID() == id {
+			return t, true
+		}
+	}
+	return Transition{}, false
+}
+
+// Apply takes transition t, which must be enabled (as listed by
+// Transitions, or equal to one of them), and returns what it did. An error
+// wraps ErrViolation when the step broke a promise, and ErrInvalidConfig
+// when t is not enabled; the world is unchanged in that case.
+func (w *World) Apply(t Transition) (Step, error) {
+	if w.err != nil {
+		return Step{Entered: -1}, w.err
+	}
+	if !w.enabled(t) {
+		return Step{Entered: -1}, fmt.Errorf("%w: transition %s (%v) is not enabled", ErrInvalidConfig, t.ID(), t)
+	}
+	return w.apply(t)
+}
+
+// apply is Apply for a transition known to be enabled.
+func (w *World) apply(t Transition) (Step, error) {
+	w.step++
+	w.mark = len(w.events)
+	w.soft = nil
+	var wr Step
+	switch t.Kind {
+	case TransWrite:
+		wr = w.write(t.Peer)
+	case TransRequest:
+		if w.peers[t.Peer].budget > 0 {
+			w.peers[t.Peer].budget--
+		}
+		w.outstanding++
+		w.ask(t.Peer)
+	case TransLeave:
+		w.leave(t.Peer)
+	case TransDeliver:
+		w.deliver(w.take(t.Msg.From, t.Msg.To, t.Seq))
+	case TransTry:
+		if w.peers[t.Peer].tries > 0 {
+			w.peers[t.Peer].tries--
+		}
+		w.outstanding++
+		w.try(t.Peer)
+	case TransCrash:
+		w.f.crashLeft--
+		w.crash(t.Peer)
+	case TransLose:
+		w.f.loseLeft--
+		w.f.armed = true
+		w.lose(w.take(t.Msg.From, t.Msg.To, t.Seq))
+	case TransPartition:
+		w.f.partLeft--
+		w.f.parted = true
+		_ = w.partition(w.f.partInto) // the groups were checked by the checker
+	case TransHeal:
+		w.f.healLeft--
+		w.f.group = nil
+		w.record(Event{Kind: EventHeal, Peer: -1})
+	case TransSuspect:
+		if !w.isCrashed(t.Target) {
+			w.f.falseLeft--
+		}
+		w.f.suspects |= 1 << uint(t.Peer*w.n+t.Target)
+		w.record(Event{Kind: EventSuspect, Peer: t.Peer, Target: t.Target})
+		if w.store != nil && w.cfg.recovery {
+			w.store.epochDue[t.Peer] = true
+		}
+		w.stepMachine(t.Peer, event{kind: evSuspect, msg: Message{From: t.Target, To: t.Peer}})
+	case TransTrust:
+		w.f.suspects &^= 1 << uint(t.Peer*w.n+t.Target)
+		w.record(Event{Kind: EventTrust, Peer: t.Peer, Target: t.Target})
+		w.stepMachine(t.Peer, event{kind: evTrust, msg: Message{From: t.Target, To: t.Peer}})
+	}
+	if w.err == nil {
+		w.err = w.checkTokens()
+	}
+	st := Step{Transition: t, Entered: -1, Refused: w.refusedAt == w.step, Fence: wr.Fence, Accepted: wr.Accepted, overlap: w.soft}
+	if w.enteredAt == w.step {
+		st.Entered = w.enteredBy
+	}
+	if w.trace {
+		st.Events = slices.Clone(w.events[w.mark:])
+	}
+	return st, w.err
+}
+
+// enabled reports whether t is enabled now.
+func (w *World) enabled(t Transition) bool {
+	switch t.Kind {
+	case TransPartition, TransHeal:
+		return slices.Contains(w.appendTransitions(nil, true), Transition{Kind: t.Kind, Peer: -1})
+	}
+	if t.Peer < 0 || t.Peer >= w.n {
+		return false
+	}
+	switch t.Kind {
+	case TransRequest, TransLeave, TransCrash, TransTry, TransWrite:
+		return slices.Contains(w.appendTransitions(nil, true), Transition{Kind: t.Kind, Peer: t.Peer})
+	case TransSuspect, TransTrust:
+		return slices.Contains(w.appendTransitions(nil, true), Transition{Kind: t.Kind, Peer: t.Peer, Target: t.Target})
+	case TransDeliver, TransLose:
+		m := t.Msg
+		if m.From < 0 || m.From >= w.n || m.To != t.Peer || (t.Kind == TransLose && (w.f.loseLeft <= 0 || (w.f.loseKind != 0 && m.Kind != w.f.loseKind))) {
+			return false
+		}
+		if w.queues != nil {
+			q := w.queues[m.From*w.n+m.To]
+			if t.Kind == TransDeliver {
+				return len(q) > 0 && q[0].seq == t.Seq
+			}
+			return slices.ContainsFunc(q, func(e envelope) bool { return e.seq == t.Seq })
+		}
+		return slices.ContainsFunc(w.bag, func(e envelope) bool { return e.seq == t.Seq })
+	}
+	return false
+}
+
+// Request has peer ask for the critical section now, outside the
+// transitions: its machine sends its messages into the network, and
+// nothing is delivered yet. If the peer is already waiting or inside, the
+// request is queued at the peer and made when the peer leaves. A peer out
+// of range is an error wrapping ErrInvalidConfig, and so is a crashed one;
+// after a violation Request returns it.
+func (w *World) Request(peer int) error {
+	if peer < 0 || peer >= w.n {
+		return fmt.Errorf("%w: request by peer %d out of range [0, %d)", ErrInvalidConfig, peer, w.n)
+	}
+	if w.err != nil {
+		return w.err
+	}
+	if w.isCrashed(peer) {
+		return fmt.Errorf("%w: request by peer %d, which has crashed", ErrInvalidConfig, peer)
+	}
+	w.outstanding++
+	p := &w.peers[peer]
+	if p.requested || p.inside {
+		p.pending++
+		return nil
+	}
+	w.ask(peer)
+	if w.err == nil {
+		w.err = w.checkTokens()
+	}
+	return w.err
+}
+
+// ask gives one request to peer's machine.
+func (w *World) ask(peer int) {
+	w.peers[peer].requested = true
+	w.record(Event{Kind: EventRequest, Peer: peer})
+	if w.order == orderCoordinator && peer == w.coordinator() {
+		w.arrivals = append(slices.Clip(w.arrivals), peer)
+	}
+	w.stepMachine(peer, event{kind: evRequest})
+}
+
+// try gives one try to peer's machine.
+func (w *World) try(peer int) {
+	w.peers[peer].requested = true
+	w.peers[peer].trying = true
+	w.record(Event{Kind: EventTry, Peer: peer})
+	if w.order == orderCoordinator && peer == w.coordinator() {
+		w.arrivals = append(slices.Clip(w.arrivals), peer)
+	}
+	w.stepMachine(peer, event{kind: evTry})
+}
+
+// refuse records that peer's machine refused its try.
+func (w *World) refuse(peer int) {
+	p := &w.peers[peer]
+	if !p.trying {
+		w.fail("peer %d refused a try it did not make", peer)
+		return
+	}
+	p.requested, p.trying = false, false
+	w.outstanding--
+	w.idle = 0
+	w.refusedAt = w.step
+	w.record(Event{Kind: EventRefused, Peer: peer})
+	if i := slices.Index(w.arrivals, peer); i >= 0 {
+		w.arrivals = slices.Delete(slices.Clone(w.arrivals), i, i+1)
+	}
+}
+
+func (w *World) coordinator() int { return w.ms[0].(coordinated).coordinatorID() }
+
+// stepMachine steps peer's machine with ev and puts its output into
+// effect.
+func (w *World) stepMachine(peer int, ev event) {
+	w.acts++
+	m := w.machine(peer)
+	w.out.reset()
+	m.step(ev, &w.out)
+	for _, msg := range w.out.msgs {
+		w.send(peer, msg)
+	}
+	if w.out.entered {
+		w.enter(peer, ev.kind)
+	}
+	if w.out.refused {
+		w.refuse(peer)
+	}
+}
+
+// deliver hands e, just taken from the network, to its receiver.
+func (w *World) deliver(e envelope) {
+	if isTokenKind(e.m.Kind) {
+		w.inFlight--
+	}
+	to := e.m.To
+	if w.trace {
+		w.record(Event{Kind: EventReceive, Peer: to, Seq: e.seq, Msg: traced(e.m)})
+	}
+	w.idle++
+	if w.store != nil && e.m.Fence > w.store.fence[to] {
+		w.store.fence[to] = e.m.Fence
+	}
+	if w.order == orderCoordinator && e.m.Kind == KindRequest && to == w.coordinator() {
+		w.arrivals = append(slices.Clip(w.arrivals), e.m.From)
+	}
+	w.stepMachine(to, event{kind: evMessage, msg: e.m})
+	if w.order == orderCoordinator && e.m.Kind == KindTry && to == w.coordinator() &&
+		!slices.ContainsFunc(w.out.msgs, func(m Message) bool { return m.Kind == KindBusy }) {
+		// A try is never queued: for the order, it arrives when granted.
+		w.arrivals = append(slices.Clip(w.arrivals), e.m.From)
+	}
+}
+
+func (w *World) enter(peer int, cause eventKind) {
+	w.enteredAt, w.enteredBy = w.step, peer
+	p := &w.peers[peer]
+	switch {
+	case cause == evRelease:
+		w.fail("peer %d entered on leaving", peer)
+		return
+	case p.inside:
+		w.fail("peer %d entered while already inside", peer)
+		return
+	case !p.requested:
+		w.fail("peer %d entered without a request", peer)
+		return
+	case len(w.inside) > 0 && w.store == nil:
+		w.fail("peer %d entered while peer %d was inside", peer, w.inside[0])
+		return
+	case len(w.inside) > 0 && w.soft == nil:
+		// With the fenced store, the store is what must stay safe: the
+		// overlap is recorded, and the run goes on.
+		w.soft = fmt.Errorf("%w: step %d: peer %d entered while peer %d was inside", ErrViolation, w.step, peer, w.inside[0])
+	case len(w.f.deadInside) > 0:
+		w.fail("peer %d entered while peer %d, which crashed inside, never left", peer, w.f.deadInside[0])
+		return
+	}
+	switch w.order {
+	case orderTimestamp:
+		ts := w.ms[peer].(timestamped).requestTS()
+		if w.lastID >= 0 && !before(w.lastTS, w.lastID, ts, peer) {
+			msg := fmt.Sprintf("peer %d entered with request (%d, %d) after the younger (%d, %d)", peer, ts, peer, w.lastTS, w.lastID)
+			if w.store == nil {
+				w.fail("%s", msg)
+				return
+			}
+			if w.soft == nil {
+				w.soft = fmt.Errorf("%w: step %d: %s", ErrViolation, w.step, msg)
+			}
+		}
+		w.lastTS, w.lastID = ts, peer
+	case orderCoordinator:
+		if len(w.arrivals) == 0 || w.arrivals[0] != peer {
+			w.fail("peer %d entered, but the coordinator had the requests of %v first", peer, w.arrivals)
+			return
+		}
+		w.arrivals = w.arrivals[1:]
+	}
+	p.requested, p.trying = false, false
+	p.inside = true
+	w.inside = append(w.inside, peer)
+	if s := w.store; s != nil {
+		if s.fence[peer] < MaxFence {
+			s.fence[peer] = entryFence(w.ms[peer], s.fence[peer], s.epochDue[peer] && w.suspectsAny(peer), peer, w.n)
+		}
+		s.epochDue[peer] = false
+		s.hold[peer] = s.fence[peer]
+		s.writes[peer] = 0
+		s.closed[peer] = false
+		if s.last == peer {
+			s.last = -1 // its last hold is over
+		}
+	}
+	w.entries++
+	w.idle = 0
+	w.record(Event{Kind: EventEnter, Peer: peer})
+}
+
+func (w *World) leave(peer int) {
+	w.inside = slices.DeleteFunc(w.inside, func(q int) bool { return q == peer })
+	p := &w.peers[peer]
+	p.inside = false
+	w.outstanding--
+	w.idle = 0
+	w.record(Event{Kind: EventLeave, Peer: peer})
+	w.stepMachine(peer, event{kind: evRelease})
+	if w.err == nil && p.pending > 0 {
+		p.pending--
+		w.ask(peer)
+	}
+}

@@ -1,0 +1,151 @@
+package dmutex
+
+// A World's faults: crashes, partitions and lost messages.
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"slices"
+)
+
+// worldFaults are the faults of a World: those a Simulation sets by
+// calling its methods, and those a checker may inject as transitions.
+type worldFaults struct {
+	armed      bool       // some fault was ever set: only then is a send checked
+	loss       float64    // WithLoss: probability that a sent message is lost
+	lossSrc    *rand.PCG  // the stream of loss draws; nil when loss is 0
+	rng        *rand.Rand // draws from lossSrc
+	drops      []dropRule // DropNext
+	crashed    []bool     // crashed[i]: peer i has crashed; nil before the first crash; never written once shared
+	group      []int      // group[i]: partition group of peer i; nil when whole
+	lost       uint64     // messages lost
+	lostTokens int        // token messages lost
+	deadInside []int      // peers that crashed inside the critical section
+
+	// Faults a checker may inject, as transitions.
+	crashLeft int     // crashes still allowed
+	crashWho  int     // the peer that may crash, or -1 for any
+	crashIn   bool    // a peer may crash only inside the critical section
+	loseLeft  int     // losses of a message in flight still allowed
+	loseKind  Kind    // the kind that may be lost; 0 for any
+	partLeft  int     // partitions still allowed
+	partInto  [][]int // the groups such a partition cuts the network into
+	healLeft  int     // heals still allowed, once partitioned
+	parted    bool    // a partition transition was taken
+
+	// The failure detector a checker models (CheckConfig.Detector):
+	// suspects has bit i*n+j set while peer i suspects peer j, and
+	// falseLeft counts the suspicions of live peers still allowed.
+	detector  DetectorKind
+	suspects  uint64
+	falseLeft int
+}
+
+// isCrashed reports whether peer has crashed.
+func (w *World) isCrashed(peer int) bool {
+	return w.f.crashed != nil && w.f.crashed[peer]
+}
+
+// faulted reports whether a fault has struck: a message lost, a peer
+// crashed, or a checker's partition.
+func (w *World) faulted() bool {
+	return w.f.lost > 0 || w.f.crashed != nil || w.f.parted
+}
+
+// lostOnSend reports whether the network loses m as it is sent, in the
+// runtime's order: a cut link first, then DropNext rules, then WithLoss.
+func (w *World) lostOnSend(m Message) bool {
+	if w.cut(m.From, m.To) {
+		return true
+	}
+	for i := range w.f.drops {
+		if r := &w.f.drops[i]; r.count > 0 && (r.match == nil || r.match(m)) {
+			r.count--
+			return true
+		}
+	}
+	return w.f.rng != nil && w.f.rng.Float64() < w.f.loss
+}
+
+// cut reports whether the link from -> to is down.
+func (w *World) cut(from, to int) bool {
+	return w.isCrashed(from) || w.isCrashed(to) || (w.f.group != nil && w.f.group[from] != w.f.group[to])
+}
+
+// lose records that message e, sent and counted, is lost.
+func (w *World) lose(e envelope) {
+	if isTokenKind(e.m.Kind) {
+		w.inFlight--
+		w.f.lostTokens++
+	}
+	w.f.lost++
+	if w.trace {
+		w.record(Event{Kind: EventLost, Peer: e.m.To, Seq: e.seq, Msg: traced(e.m)})
+	}
+}
+
+// crash stops peer for good; see Simulation.Crash.
+func (w *World) crash(peer int) {
+	crashed := make([]bool, w.n)
+	if w.f.crashed != nil {
+		copy(crashed, w.f.crashed)
+	}
+	crashed[peer] = true
+	w.f.crashed = crashed
+	w.f.armed = true
+	w.record(Event{Kind: EventCrash, Peer: peer})
+	p := &w.peers[peer]
+	if p.inside {
+		w.inside = slices.DeleteFunc(w.inside, func(q int) bool { return q == peer })
+		if w.f.detector == 0 {
+			// With a failure detector, a peer that crashed inside has
+			// left: the survivors may enter once they suspect it.
+			w.f.deadInside = append(slices.Clip(w.f.deadInside), peer)
+		}
+		w.outstanding--
+	}
+	if p.requested {
+		w.outstanding--
+	}
+	w.outstanding -= p.pending
+	p.pending = 0
+	p.budget = 0
+	w.purge(func(from, to int) bool { return from == peer || to == peer })
+}
+
+// partition cuts the network into the given groups; see
+// Simulation.Partition.
+func (w *World) partition(groups [][]int) error {
+	group := make([]int, w.n)
+	for i := range group {
+		group[i] = -1
+	}
+	for g, ids := range groups {
+		for _, id := range ids {
+			if id < 0 || id >= w.n {
+				return fmt.Errorf("%w: partition names peer %d, out of range [0, %d)", ErrInvalidConfig, id, w.n)
+			}
+			if group[id] >= 0 {
+				return fmt.Errorf("%w: partition names peer %d twice", ErrInvalidConfig, id)
+			}
+			group[id] = g
+		}
+	}
+	if w.err != nil {
+		return w.err
+	}
+	resolved := make([][]int, len(groups)+1)
+	for i := range group {
+		if group[i] < 0 {
+			group[i] = len(groups)
+		}
+		resolved[group[i]] = append(resolved[group[i]], i)
+	}
+	resolved = slices.DeleteFunc(resolved, func(g []int) bool { return len(g) == 0 })
+	w.f.group = group
+	w.f.armed = true
+	w.record(Event{Kind: EventPartition, Peer: -1, Groups: resolved})
+	w.purge(func(from, to int) bool { return group[from] != group[to] })
+	w.err = w.checkTokens()
+	return w.err
+}
