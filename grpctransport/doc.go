@@ -51,4 +51,14 @@
 // its stream closes that stream with a logged error; the other streams,
 // and the peer, keep working. A TLS handshake that fails is logged as a
 // warning, with the reason, on both sides.
+//
+// # Logs
+//
+// A Transport logs through [log/slog], to slog.Default() unless
+// [WithLogger] names another logger (or nil, for none). It is a quiet
+// guest: it logs at warning level or above only what an operator must act
+// on (a refused handshake or stream, a full queue, a transport that gives
+// up), and at debug level what peers do in the ordinary course of things:
+// links that break and reconnect, peers that hang up as they stop. A
+// cluster that shuts down cleanly logs nothing at info level or above.
 package grpctransport

@@ -2,11 +2,14 @@ package grpctransport
 
 import (
 	"context"
+	"errors"
+	"io"
 	"log/slog"
 	"net"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"google.golang.org/grpc"
@@ -49,7 +52,10 @@ func (h *handshakeLog) warn(key, msg string, args ...any) {
 }
 
 // refusalCreds are the server's TLS credentials, logging every handshake
-// they refuse, with the reason, unless the transport is closing.
+// they refuse, with the reason, unless the transport is closing. A
+// handshake that ends because the client hung up is logged at debug
+// level only: a peer that stops or is killed while it reconnects does
+// that, and there is nothing to act on.
 type refusalCreds struct {
 	credentials.TransportCredentials
 	t *Transport
@@ -57,11 +63,23 @@ type refusalCreds struct {
 
 func (c refusalCreds) ServerHandshake(raw net.Conn) (net.Conn, credentials.AuthInfo, error) {
 	conn, info, err := c.TransportCredentials.ServerHandshake(raw)
-	if err != nil && !c.t.isClosed() {
+	switch {
+	case err == nil || c.t.isClosed():
+	case hungUp(err):
+		c.t.log.Debug("dmutex: grpctransport: client hung up during the TLS handshake",
+			"remote", raw.RemoteAddr().String(), "err", err)
+	default:
 		c.t.handshakes.warn("refused "+err.Error(), "dmutex: grpctransport: refused a TLS handshake",
 			"remote", raw.RemoteAddr().String(), "err", err)
 	}
 	return conn, info, err
+}
+
+// hungUp reports whether err says that the other end of a connection
+// closed it or went away, rather than that it sent something wrong.
+func hungUp(err error) bool {
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
 }
 
 func (c refusalCreds) Clone() credentials.TransportCredentials {
@@ -74,8 +92,9 @@ func (c refusalCreds) Clone() credentials.TransportCredentials {
 // it closes a connection the client believed good; the client only sees
 // a broken connection that never delivered a byte.
 type linkTLS struct {
-	shook atomic.Bool // the last handshake succeeded
-	heard atomic.Bool // and the peer has sent data on that connection since
+	shook  atomic.Bool   // the last handshake succeeded
+	heard  atomic.Bool   // and the peer has sent data on that connection since
+	shakes atomic.Uint64 // handshakes so far, to tell a new one from the last
 }
 
 // clientTLS are a link's TLS credentials, which record what linkTLS says.
@@ -88,6 +107,7 @@ func (c clientTLS) ClientHandshake(ctx context.Context, authority string, raw ne
 	conn, info, err := c.TransportCredentials.ClientHandshake(ctx, authority, raw)
 	c.s.heard.Store(false)
 	c.s.shook.Store(err == nil)
+	c.s.shakes.Add(1)
 	if err != nil {
 		return conn, info, err
 	}
@@ -117,12 +137,18 @@ func (c heardConn) Read(b []byte) (int, error) {
 // certificate, or this one refused the other's. The link itself waits for
 // the connection without seeing why it fails, so this asks: a call that
 // does not wait for the connection fails at once with gRPC's last
-// connection error. Other reasons, such as a peer that is down, are
-// logged at debug level: peers start and stop.
+// connection error. Other reasons, such as a peer that is down or that
+// hung up in mid-handshake, are logged at debug level: peers start and
+// stop, and are killed.
 func (t *Transport) watchHandshakes(o *outbox) {
 	defer t.wg.Done()
 	s := &t.handshakes.links[o.to]
 	state := o.conn.GetState()
+	// The handshake of the last connection that looked refused: one
+	// alone is what a peer that is closing does to a connection it
+	// had begun to accept, so a refusal is warned about only when the
+	// next handshake is refused as well.
+	var refusedAt uint64
 	for {
 		wait, cancel := context.WithCancel(t.ctx)
 		if state == connectivity.TransientFailure {
@@ -146,14 +172,21 @@ func (t *Transport) watchHandshakes(o *outbox) {
 			continue
 		}
 		reason := status.Convert(err).Message()
+		refused := s.shook.Load() && !s.heard.Load() && !strings.Contains(reason, "remote error: tls:")
+		if !refused {
+			refusedAt = 0
+		}
 		switch {
 		case strings.Contains(reason, "remote error: tls:"):
 			t.handshakes.warn("to "+PeerName(o.to)+" "+reason, "dmutex: grpctransport: TLS handshake refused by the peer, whose log says why",
 				"to", o.to, "err", reason)
-		case isTLSFailure(reason):
+		case isTLSFailure(reason) && !hungUpReason(reason):
 			t.handshakes.warn("to "+PeerName(o.to)+" "+reason, "dmutex: grpctransport: TLS handshake failed",
 				"to", o.to, "err", reason)
-		case s.shook.Load() && !s.heard.Load():
+		case refused && (refusedAt == 0 || refusedAt == s.shakes.Load()):
+			refusedAt = s.shakes.Load()
+			t.log.Debug("dmutex: grpctransport: peer closed the connection after the TLS handshake", "to", o.to, "err", reason)
+		case refused:
 			t.handshakes.warn("to "+PeerName(o.to)+" refused", "dmutex: grpctransport: TLS handshake refused by the peer: "+
 				"it closed the connection before sending anything, as a peer does that refuses this one's certificate; its log says why",
 				"to", o.to, "err", reason)
@@ -161,6 +194,18 @@ func (t *Transport) watchHandshakes(o *outbox) {
 			t.log.Debug("dmutex: grpctransport: cannot reach peer", "to", o.to, "err", reason)
 		}
 	}
+}
+
+// hungUpReason reports whether a gRPC connection error says that the
+// other end closed the connection or went away, as a peer that stops or is
+// killed during a handshake does, rather than that it refused one.
+func hungUpReason(reason string) bool {
+	for _, s := range []string{"EOF", "connection reset by peer", "broken pipe", "use of closed network connection"} {
+		if strings.Contains(reason, s) {
+			return true
+		}
+	}
+	return false
 }
 
 // isTLSFailure reports whether a gRPC connection error is about TLS.

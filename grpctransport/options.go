@@ -24,7 +24,8 @@ type options struct {
 	insecure        bool
 	tls             *tls.Config
 	lis             net.Listener
-	log             *slog.Logger
+	log             *slog.Logger // WithLogger
+	logSet          bool         // WithLogger was given, maybe with nil
 	minBackoff      time.Duration
 	maxBackoff      time.Duration
 	maxFrame        int
@@ -83,14 +84,18 @@ func WithListener(lis net.Listener) Option {
 	}}
 }
 
-// WithLogger sends the transport's log records (refused streams, bad
-// frames, broken links) to l instead of slog.Default().
+// WithLogger sends the transport's log records to l instead of
+// slog.Default(); WithLogger(nil), like a logger whose handler is
+// slog.DiscardHandler, turns them off. The transport logs at warning
+// level or above only what an operator must act on: a refused TLS
+// handshake, with its reason (one that repeats is warned about again
+// only now and then), a refused or malformed stream, a full queue, a
+// transport that gives up. Broken links, reconnections and the hang-ups
+// of peers that stop are logged at debug level, so a cluster that shuts
+// down cleanly logs nothing at info level or above.
 func WithLogger(l *slog.Logger) Option {
 	return Option{name: "WithLogger", apply: func(o *options) error {
-		if l == nil {
-			return fmt.Errorf("%w: WithLogger(nil)", dmutex.ErrInvalidConfig)
-		}
-		o.log = l
+		o.log, o.logSet = l, true
 		return nil
 	}}
 }

@@ -204,8 +204,11 @@ func New(id int, addrs []string, opts ...Option) (*Transport, error) {
 			return nil, err
 		}
 	}
-	if o.log == nil {
+	switch {
+	case !o.logSet:
 		o.log = slog.Default()
+	case o.log == nil:
+		o.log = slog.New(slog.DiscardHandler)
 	}
 	lis := o.lis
 	if lis == nil {
@@ -529,9 +532,11 @@ func (t *Transport) runLink(o *outbox) {
 			t.fail(fmt.Errorf("dmutex: peer %d refused peer %d: %s", o.to, t.id, strings.TrimPrefix(status.Convert(err).Message(), "dmutex: ")))
 			return
 		}
-		// Not a warning: peers stop and restart. A refused handshake
-		// is logged as one by watchHandshakes.
-		t.log.Info("dmutex: grpctransport: link broken, reconnecting", "to", o.to, "err", err)
+		// Debug only: peers stop and restart, and a cluster that shuts
+		// down breaks every link. What an operator must act on (a
+		// refused handshake, a refused stream) is logged where it is
+		// found, at warning level or above.
+		t.log.Debug("dmutex: grpctransport: link broken, reconnecting", "to", o.to, "err", err)
 		if time.Since(start) > 4*t.opt.maxBackoff {
 			delay = t.opt.minBackoff // it had been working a while
 		}
@@ -1121,7 +1126,7 @@ func (t *Transport) streamEnd(from int, err error) error {
 		t.log.Debug("dmutex: grpctransport: stream ended", "from", from, "err", err)
 		return nil
 	case status.Code(err) == codes.Unavailable:
-		t.log.Info("dmutex: grpctransport: stream broken", "from", from, "err", err)
+		t.log.Debug("dmutex: grpctransport: stream broken", "from", from, "err", err)
 		return err
 	}
 	// Malformed or oversized frames end up here: gRPC refuses them before

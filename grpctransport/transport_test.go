@@ -1135,7 +1135,6 @@ func TestOptionBounds(t *testing.T) {
 	}{
 		{"TLS without RootCAs", WithTLS(noRoots), "no RootCAs"},
 		{"nil listener", WithListener(nil), "WithListener(nil)"},
-		{"nil logger", WithLogger(nil), "WithLogger(nil)"},
 		{"zero first backoff", WithBackoff(0, time.Second), "WithBackoff(0s, 1s)"},
 		{"keepalive just below the floor", WithKeepalive(MinKeepalive-time.Nanosecond, time.Second), "WithKeepalive(9.999999999s, 1s)"},
 		{"frames of 63 bytes", WithMaxFrameSize(63), "WithMaxFrameSize(63)"},
