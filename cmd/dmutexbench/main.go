@@ -6,7 +6,10 @@
 //
 // With no flags it runs every algorithm at n = 8 peers, under
 // light load (one entry at a time) and full load (every peer contends), for
-// a few seconds in all, and prints one table.
+// a few seconds in all, and prints a report that fits 120 columns: a
+// table, a legend, and conclusions computed from the numbers (which
+// algorithm sends the fewest and the most messages per entry, alone and
+// with every peer asking, and which made the most entries per second).
 //
 // Usage:
 //
@@ -22,7 +25,9 @@
 //	                largest n; a smaller cluster contends with all its
 //	                peers (default light,full)
 //	-duration d     total measuring time, shared by all runs (default 3s)
-//	-format f       table, markdown, csv or json (default table)
+//	-format f       report, table (the wide table, with the formulas, the
+//	                fairness and each algorithm's weakness), markdown,
+//	                csv or json (default report)
 //	-seed s         seed for the choice of peers (default 1)
 //	-chart file     also draw messages per entry against n and latency
 //	                against load, as PNG or SVG by the file's extension
@@ -46,9 +51,9 @@
 //
 // Latency comes from real goroutine clusters over the in-memory transport.
 // Messages are counted at the transport; one entry at a time the count is
-// exact. While it runs, it shows its progress on standard error: on one
-// line rewritten in place on a terminal, else a line per step when
-// -duration is longer than a second.
+// exact. While it runs, it says on standard error what it measures and
+// shows its progress: on one line rewritten in place on a terminal, else
+// a line per step when -duration is longer than a second.
 package main
 
 import (
@@ -91,7 +96,7 @@ type options struct {
 	unreachableAfter time.Duration // -unreachable-after
 }
 
-var formats = []string{"table", "markdown", "csv", "json"}
+var formats = []string{"report", "table", "markdown", "csv", "json"}
 
 // errUsage marks a bad command line; run answers it with exit status 2.
 var errUsage = errors.New("usage")
@@ -105,7 +110,8 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	ns := fs.String("n", "8", "comma-separated cluster `sizes`")
 	loads := fs.String("load", "light,full", "comma-separated `loads`: light, full, or a number of contenders, at most the largest n (smaller clusters contend with all their peers)")
 	duration := fs.Duration("duration", 3*time.Second, "total measuring `time`, shared by all runs")
-	format := fs.String("format", "table", "output `format`: "+strings.Join(formats, ", "))
+	format := fs.String("format", "report", "output `format`: "+strings.Join(formats, ", ")+
+		" (report: a table that fits 120 columns, a legend and conclusions; table: the wide table, with formulas, fairness and weaknesses)")
 	seed := fs.Uint64("seed", 1, "`seed` for the choice of peers")
 	chart := fs.String("chart", "", "also draw a chart to `file` (.png or .svg)")
 	recovery := fs.Bool("recovery", false, "print the cost of crash recovery instead: time and messages from a crash to the next entry by a survivor, in virtual time and at run time, for the algorithms with a recovery")
@@ -267,6 +273,8 @@ func run(args []string, stdout, stderr io.Writer, terminal bool) int {
 	case o.duration > time.Second:
 		p = &progressLine{w: stderr}
 	}
+	p.say("measuring %d %s at n = %s under %s load, for about %v (-duration)",
+		len(o.variants), plural(len(o.variants), "algorithm"), joinInts(o.ns), joinLoads(o.loads), o.duration)
 	rows, err := measure(o, p)
 	if err != nil {
 		fmt.Fprintf(stderr, "dmutexbench: %v\n", err)
@@ -301,6 +309,39 @@ func (p *progressLine) show(format string, a ...any) {
 	default:
 		fmt.Fprintf(p.w, "dmutexbench: "+format+"\n", a...)
 	}
+}
+
+// say writes a line of its own, before any progress line.
+func (p *progressLine) say(format string, a ...any) {
+	if p != nil {
+		fmt.Fprintf(p.w, "dmutexbench: "+format+"\n", a...)
+	}
+}
+
+func plural(n int, word string) string {
+	if n == 1 {
+		return word
+	}
+	return word + "s"
+}
+
+func joinInts(xs []int) string {
+	s := make([]string, len(xs))
+	for i, x := range xs {
+		s[i] = strconv.Itoa(x)
+	}
+	return strings.Join(s, ", ")
+}
+
+func joinLoads(ls []load) string {
+	s := make([]string, len(ls))
+	for i, l := range ls {
+		s[i] = l.String()
+	}
+	if len(s) > 1 {
+		return strings.Join(s[:len(s)-1], ", ") + " and " + s[len(s)-1]
+	}
+	return s[0]
 }
 
 func (p *progressLine) clear() {

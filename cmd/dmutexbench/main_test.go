@@ -47,7 +47,7 @@ func TestBadFlags(t *testing.T) {
 		{"size not a number", []string{"-n", "8,x"}, `-n: "x" is not a cluster size`},
 		{"bad load", []string{"-load", "heavy"}, `-load: "heavy" is not light, full or a number`},
 		{"zero contenders", []string{"-load", "0"}, `-load: "0" is not light, full or a number`},
-		{"bad format", []string{"-format", "xml"}, `-format: "xml" is not one of table, markdown, csv, json`},
+		{"bad format", []string{"-format", "xml"}, `-format: "xml" is not one of report, table, markdown, csv, json`},
 		{"bad duration", []string{"-duration", "-1s"}, "-duration: -1s is not positive"},
 		{"bad chart extension", []string{"-chart", "out.gif"}, `-chart: "out.gif" does not end in .png or .svg`},
 		{"stray argument", []string{"extra"}, `unexpected argument "extra"`},
@@ -71,10 +71,10 @@ func TestHelpExitsZero(t *testing.T) {
 	assert.Contains(t, stderr, "-chart file")
 }
 
-// TestDefaultTable runs the command as a newcomer would, only shorter:
-// every algorithm gets a row with exact one-at-a-time counts.
-func TestDefaultTable(t *testing.T) {
-	code, stdout, stderr := runCmd(t, false)
+// TestWideTable runs the wide table of earlier versions' default, only
+// shorter: every algorithm gets a row with exact one-at-a-time counts.
+func TestWideTable(t *testing.T) {
+	code, stdout, stderr := runCmd(t, false, "-format", "table")
 	require.Equal(t, 0, code, stderr)
 	assert.Empty(t, stderr, "no progress line when stderr is not a terminal")
 	lines := strings.Split(strings.TrimSpace(stdout), "\n")
@@ -150,18 +150,22 @@ func TestFormats(t *testing.T) {
 	})
 }
 
-// TestProgress checks the three ways progress is shown: rewritten on one
-// line on a terminal; a line per step elsewhere when the run measures for
-// longer than a second; nothing for a shorter run.
+// TestProgress checks the three ways progress is shown, after a line
+// saying what is measured: rewritten on one line on a terminal; a line
+// per step elsewhere when the run measures for longer than a second;
+// nothing at all for a shorter run.
 func TestProgress(t *testing.T) {
 	code, _, stderr := runCmd(t, true, "-alg", "centralized", "-n", "3")
 	require.Equal(t, 0, code)
+	assert.Contains(t, stderr, "dmutexbench: measuring 1 algorithm at n = 3 under light and full load, for about 40ms (-duration)\n",
+		"what it measures, on a line of its own")
 	assert.Contains(t, stderr, "[1/2] centralized n=3")
 	assert.True(t, strings.HasSuffix(stderr, "\r\033[K"), "the progress line is cleared at the end")
 
 	code, _, stderr = runCmd(t, false, "-alg", "centralized", "-n", "3", "-duration", "1100ms")
 	require.Equal(t, 0, code)
-	assert.Equal(t, "dmutexbench: [1/2] centralized n=3: message counts\n"+
+	assert.Equal(t, "dmutexbench: measuring 1 algorithm at n = 3 under light and full load, for about 1.1s (-duration)\n"+
+		"dmutexbench: [1/2] centralized n=3: message counts\n"+
 		"dmutexbench: [1/2] centralized n=3: light load\n"+
 		"dmutexbench: [2/2] centralized n=3: full load\n", stderr, "a line per step, no terminal codes")
 

@@ -133,6 +133,9 @@ func measure(o *options, p *progressLine) ([]row, error) {
 
 // write prints rows in o.format.
 func write(w io.Writer, o *options, rows []row) error {
+	if o.format == "report" {
+		return writeReport(w, o, rows)
+	}
 	raw := make([][]string, len(rows))
 	shown := make([][]string, len(rows))
 	for i, r := range rows {
