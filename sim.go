@@ -1,6 +1,7 @@
 package dmutex
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -63,7 +64,8 @@ type simConfig struct {
 	noTrace  bool      // WithoutTrace
 	loss     float64   // WithLoss
 	suspect  float64   // WithFalseSuspicions
-	detector *Detector // WithDetector; nil for the default
+	detector *Detector // WithDetector; nil for the default; NewSimulation sets the one it runs
+	livelock int       // deliveries without an entry or exit, with requests outstanding, past which the world fails; 0 for no bound
 }
 
 // WithSeed sets the seed of a Simulation's random choices. Two simulations
@@ -240,9 +242,9 @@ type Simulation struct {
 	rng           *rand.Rand
 	lockStep      bool
 	livelockLimit int
-	suspect       float64 // WithFalseSuspicions
-	falseFired    int     // false suspicions fired so far
-	detectorBuf   []Transition
+	suspect       float64      // WithFalseSuspicions
+	falseFired    int          // false suspicions fired so far
+	due           []Transition // scratch for the world's due transitions
 }
 
 // NewSimulation builds a simulation of n peers running alg; nothing is
@@ -279,20 +281,21 @@ func NewSimulation(alg Algorithm, n int, opts ...Option) (*Simulation, error) {
 			return nil, fmt.Errorf("%w: WithFalseSuspicions with delivery %v, which uses no randomness", ErrInvalidConfig, DeliverLockStep)
 		}
 	}
+	cfg.sim.detector = &det
+	// Between two entries every peer may request once and every request
+	// be answered a few times over; far beyond that, the run is going
+	// round in circles. The world fails on the delivery past it.
+	cfg.sim.livelock = 100*n*n + 10000
 	w, err := newWorld(cfg, nil)
 	if err != nil {
 		return nil, err
 	}
-	w.f.detector, w.f.falseLeft = det.Kind, det.FalseSuspicions
 	return &Simulation{
-		w:        w,
-		rng:      rand.New(rand.NewPCG(cfg.sim.seed, 0x5eed)),
-		suspect:  cfg.sim.suspect,
-		lockStep: cfg.sim.delivery == DeliverLockStep,
-		// Between two entries every peer may request once and every
-		// request be answered a few times over; far beyond that, the run
-		// is going round in circles.
-		livelockLimit: 100*n*n + 10000,
+		w:             w,
+		rng:           rand.New(rand.NewPCG(cfg.sim.seed, 0x5eed)),
+		suspect:       cfg.sim.suspect,
+		lockStep:      cfg.sim.delivery == DeliverLockStep,
+		livelockLimit: cfg.sim.livelock,
 	}, nil
 }
 
@@ -323,7 +326,7 @@ func (s *Simulation) Run() error {
 		if err != nil || !more {
 			return err
 		}
-		if s.w.outstanding == 0 && s.w.idle > s.livelockLimit {
+		if s.w.Outstanding() == 0 && s.w.Idle() > s.livelockLimit {
 			return nil
 		}
 	}
@@ -338,126 +341,126 @@ func (s *Simulation) Run() error {
 // and goes.
 func (s *Simulation) Step() (bool, error) {
 	w := s.w
-	if w.err != nil {
-		return false, w.err
+	if err := w.Err(); err != nil {
+		return false, err
 	}
 	if s.lockStep {
 		return s.round()
 	}
-	var msgs int
-	if w.queues != nil {
-		msgs = len(w.active)
-	} else {
-		msgs = len(w.bag)
-	}
-	owed := s.detectorBuf[:0]
-	if w.f.detector != 0 {
-		owed = w.appendDetector(owed, false)
-		s.detectorBuf = owed
-	}
-	total := msgs + len(w.inside) + len(owed)
+	// The choice is among the transitions due when the step begins: a
+	// delivery or a leave, chosen like a delivery, or a suspicion or
+	// trust the detector owes.
+	total := w.NumDue()
 	if total == 0 {
-		return false, w.finalCheck()
+		return false, w.CheckAtRest()
 	}
-	if s.suspect > 0 && s.rng.Float64() < s.suspect {
+	suspected := s.suspect > 0 && s.rng.Float64() < s.suspect
+	if suspected {
+		s.due = w.AppendDue(s.due[:0])
 		// A false suspicion comes on top of the step, never instead of
 		// it, so that no rate stops the run from going on.
-		if s.falseSuspicion(); w.err != nil {
-			return true, w.err
+		if err := s.falseSuspicion(); err != nil {
+			return true, err
 		}
 	}
 	k := s.rng.IntN(total)
-	if k >= msgs+len(w.inside) {
-		_, err := w.apply(owed[k-msgs-len(w.inside)])
-		return true, err
+	if !suspected {
+		return true, w.ApplyDue(w.Due(k))
 	}
-	w.step++
-	switch {
-	case k >= msgs:
-		w.leave(w.inside[k-msgs])
-	case w.queues != nil:
-		s.deliver(w.popPair(w.active[k]))
-	default:
-		s.deliver(w.takeBag(k))
+	t := s.due[k]
+	if t.Kind != TransDeliver {
+		t = s.afterSuspicion(k)
 	}
-	if w.err == nil {
-		w.err = w.checkTokens()
+	return true, w.ApplyDue(t)
+}
+
+// afterSuspicion resolves the draw k of a step in which a false suspicion
+// came first, as the scheduler always has: over the messages and the
+// detector's debts due when the step began (s.due), but the peers inside
+// when the draw is resolved. A suspicion that let a peer in thus lets the
+// draw pick that peer's leave, and the detector's last debt not.
+func (s *Simulation) afterSuspicion(k int) Transition {
+	msgs, inside := 0, 0
+	for _, t := range s.due {
+		switch t.Kind {
+		case TransDeliver:
+			msgs++
+		case TransLeave, TransWrite:
+			inside++
+		}
 	}
-	return true, w.err
+	var leaves []Transition
+	for _, t := range s.w.AppendDue(nil) {
+		if t.Kind == TransLeave || t.Kind == TransWrite {
+			leaves = append(leaves, t)
+		}
+	}
+	if j := k - msgs; j < len(leaves) {
+		return leaves[j]
+	}
+	return s.due[k-len(leaves)+inside]
 }
 
 // falseSuspicion has a live peer, drawn at random, start suspecting
 // another live peer that it trusts now, if there is such a pair.
-func (s *Simulation) falseSuspicion() {
+func (s *Simulation) falseSuspicion() error {
 	w := s.w
-	var pairs []Transition
-	for i := range w.n {
-		for j := range w.n {
-			if i != j && !w.isCrashed(i) && !w.isCrashed(j) && !w.suspects(i, j) {
-				pairs = append(pairs, Transition{Kind: TransSuspect, Peer: i, Target: j})
+	var pairs [][2]int
+	for i := range w.N() {
+		for j := range w.N() {
+			if i != j && !w.Peer(i).Crashed && !w.Peer(j).Crashed && !w.Suspecting(i, j) {
+				pairs = append(pairs, [2]int{i, j})
 			}
 		}
 	}
 	if len(pairs) == 0 {
-		return
+		return nil
 	}
 	s.falseFired++
-	_, _ = w.apply(pairs[s.rng.IntN(len(pairs))]) // an error stays in w.err
+	p := pairs[s.rng.IntN(len(pairs))]
+	_, err := w.Suspect(p[0], p[1])
+	return err
 }
 
 // FalseSuspicions returns how many false suspicions WithFalseSuspicions
 // has fired so far.
 func (s *Simulation) FalseSuspicions() int { return s.falseFired }
 
-// round is one step of DeliverLockStep.
+// round is one step of DeliverLockStep: the suspicions and trusts the
+// detector owes, each a step of its own, then the round, one step in all:
+// every message in flight, delivered in order of sending, then every peer
+// inside leaving, in order of entry.
 func (s *Simulation) round() (bool, error) {
 	w := s.w
-	var owed []Transition
-	if w.f.detector != 0 {
-		owed = w.appendDetector(nil, false)
+	due := w.AppendDue(s.due[:0])
+	if len(due) == 0 {
+		return false, w.CheckAtRest()
 	}
-	if len(w.bag) == 0 && len(w.inside) == 0 && len(owed) == 0 {
-		return false, w.finalCheck()
+	var owed []Transition
+	for _, t := range due {
+		if t.Kind == TransSuspect || t.Kind == TransTrust {
+			owed = append(owed, t)
+		}
 	}
 	for _, t := range owed {
-		if w.err != nil {
-			return true, w.err
-		}
-		_, _ = w.apply(t) // an error stays in w.err
-	}
-	w.step++
-	msgs := w.bag
-	w.bag = nil
-	w.bagOwn = true
-	leaving := slices.Clone(w.inside)
-	for _, e := range msgs {
-		if w.err != nil {
-			break
-		}
-		s.deliver(e)
-		if w.err == nil {
-			w.err = w.checkTokens()
+		if err := w.ApplyDue(t); err != nil {
+			return true, err
 		}
 	}
-	for _, p := range leaving {
-		if w.err != nil {
-			break
-		}
-		w.leave(p)
-		if w.err == nil {
-			w.err = w.checkTokens()
+	// What the owed steps sent goes in this round too.
+	due = w.AppendDue(due[:0])
+	var round, leaves []Transition
+	for _, t := range due {
+		switch t.Kind {
+		case TransDeliver:
+			round = append(round, t)
+		case TransLeave:
+			leaves = append(leaves, t)
 		}
 	}
-	return true, w.err
-}
-
-// deliver delivers e and watches for a livelock.
-func (s *Simulation) deliver(e envelope) {
-	w := s.w
-	w.deliver(e)
-	if w.err == nil && w.idle > s.livelockLimit && w.outstanding > 0 {
-		w.fail("livelock: %d deliveries without an entry or exit", w.idle)
-	}
+	s.due = due
+	slices.SortFunc(round, func(a, b Transition) int { return cmp.Compare(a.Seq, b.Seq) })
+	return true, w.ApplyDue(append(round, leaves...)...)
 }
 
 // Stats returns the simulation's counts so far, counted as a Cluster

@@ -4,7 +4,14 @@ import (
 	"bytes"
 	"flag"
 	"fmt"
+	"go/ast"
+	"go/importer"
+	"go/parser"
+	"go/token"
+	"go/types"
 	"math/rand/v2"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -766,4 +773,79 @@ func TestSimulationFindsLivelock(t *testing.T) {
 		require.ErrorIs(t, err, ErrViolation, "delivery %v", d)
 		assert.ErrorContains(t, err, fmt.Sprintf("livelock: %d deliveries without an entry or exit", s.livelockLimit+1), "delivery %v", d)
 	}
+}
+
+// simDoor is every member of World that the Simulation's code may use:
+// exported ones only, so that the Simulation schedules through the same
+// door as RunTimed, Check and the lab, and a fault or event it needs
+// becomes a documented World method rather than a reach inside.
+var simDoor = []string{
+	"ApplyDue", "AppendDue", "CheckAtRest", "Crash", "DropNext", "Dropped",
+	"Due", "Err", "Events", "Heal", "Idle", "N", "NumDue", "Outstanding",
+	"Partition", "Peer", "Request", "Stats", "Suspect", "Suspecting",
+	"Waiting", "WriteLog", "WriteMermaid",
+}
+
+// TestSimulationUsesTheWorldsDoor type-checks the package and fails when
+// the Simulation's code (sim.go, simfaults.go, simwrite.go, World's own
+// methods there aside) uses a member of World that is not exported, or
+// not in simDoor.
+func TestSimulationUsesTheWorldsDoor(t *testing.T) {
+	for _, name := range simDoor {
+		require.True(t, token.IsExported(name), "simDoor lists %s, which is not exported", name)
+	}
+	fset := token.NewFileSet()
+	paths, err := filepath.Glob("*.go")
+	require.NoError(t, err)
+	var files []*ast.File
+	for _, path := range paths {
+		if strings.HasSuffix(path, "_test.go") {
+			continue
+		}
+		f, err := parser.ParseFile(fset, path, nil, parser.SkipObjectResolution)
+		require.NoError(t, err)
+		files = append(files, f)
+	}
+	info := &types.Info{Selections: make(map[*ast.SelectorExpr]*types.Selection)}
+	pkg, err := (&types.Config{Importer: importer.Default()}).Check("dmutex", fset, files, info)
+	require.NoError(t, err)
+	world := pkg.Scope().Lookup("World").Type()
+
+	isWorld := func(typ types.Type) bool {
+		if p, ok := typ.(*types.Pointer); ok {
+			typ = p.Elem()
+		}
+		return types.Identical(typ, world)
+	}
+	var used, bad []string
+	for _, f := range files {
+		file := fset.Position(f.Pos()).Filename
+		if file != "sim.go" && file != "simfaults.go" && file != "simwrite.go" {
+			continue
+		}
+		for _, d := range f.Decls {
+			if fd, ok := d.(*ast.FuncDecl); ok && fd.Recv != nil {
+				if star, ok := fd.Recv.List[0].Type.(*ast.StarExpr); ok {
+					if id, ok := star.X.(*ast.Ident); ok && id.Name == "World" {
+						continue // the World's own methods
+					}
+				}
+			}
+			ast.Inspect(d, func(n ast.Node) bool {
+				sel, ok := n.(*ast.SelectorExpr)
+				if !ok {
+					return true
+				}
+				if s := info.Selections[sel]; s != nil && isWorld(s.Recv()) {
+					used = append(used, sel.Sel.Name)
+					if !slices.Contains(simDoor, sel.Sel.Name) {
+						bad = append(bad, fmt.Sprintf("%v: World.%s", fset.Position(sel.Pos()), sel.Sel.Name))
+					}
+				}
+				return true
+			})
+		}
+	}
+	assert.Empty(t, bad, "the Simulation reaches past its door into the World")
+	assert.NotEmpty(t, used, "found no use of the World at all: is the test looking at the right files?")
 }

@@ -103,38 +103,17 @@ func WithDetector(d Detector) Option {
 // critical section never leaves it, so another peer that enters afterwards
 // is a violation. Crashing a peer twice is harmless; a peer outside 0 to
 // n-1 is an error wrapping ErrInvalidConfig.
-func (s *Simulation) Crash(peer int) error {
-	w := s.w
-	if peer < 0 || peer >= w.n {
-		return fmt.Errorf("%w: crash of peer %d out of range [0, %d)", ErrInvalidConfig, peer, w.n)
-	}
-	if w.err != nil {
-		return w.err
-	}
-	if w.isCrashed(peer) {
-		return nil
-	}
-	w.crash(peer)
-	w.err = w.checkTokens()
-	return w.err
-}
+func (s *Simulation) Crash(peer int) error { return s.w.Crash(peer) }
 
 // Partition cuts the network into the given groups of peers: messages
 // between peers of different groups are lost, those in flight included,
 // until Heal. Peers named in no group form one more group together. A peer
 // named twice, or out of range, is an error wrapping ErrInvalidConfig.
-func (s *Simulation) Partition(groups ...[]int) error { return s.w.partition(groups) }
+func (s *Simulation) Partition(groups ...[]int) error { return s.w.Partition(groups...) }
 
 // Heal ends a partition. Messages lost while it lasted stay lost, as the
 // algorithms never resend, and crashed peers stay crashed.
-func (s *Simulation) Heal() {
-	w := s.w
-	if w.f.group == nil {
-		return
-	}
-	w.f.group = nil
-	w.record(Event{Kind: EventHeal, Peer: -1})
-}
+func (s *Simulation) Heal() { s.w.Heal() }
 
 // DropNext makes the simulation lose the next count messages for which
 // match returns true when they are sent, such as the next reply from peer
@@ -142,16 +121,10 @@ func (s *Simulation) Heal() {
 // loses the next message sent, whatever it is. Rules are tried in the
 // order they were added; a message lost to a crash or a partition does
 // not use one up. A count of zero or less adds no rule.
-func (s *Simulation) DropNext(count int, match func(m Message) bool) {
-	if count <= 0 {
-		return
-	}
-	s.w.f.drops = append(s.w.f.drops, dropRule{count: count, match: match})
-	s.w.f.armed = true
-}
+func (s *Simulation) DropNext(count int, match func(m Message) bool) { s.w.DropNext(count, match) }
 
 // Dropped returns how many messages the simulation has lost to faults.
-func (s *Simulation) Dropped() uint64 { return s.w.f.lost }
+func (s *Simulation) Dropped() uint64 { return s.w.Dropped() }
 
 // Waiting returns the peers, crashed ones left out, that have a request
 // outstanding, in increasing order.

@@ -251,6 +251,9 @@ func newWorld(cfg *config, build func(id, n int) machine) (*World, error) {
 		}
 	}
 	w.f.crashWho = -1
+	if d := cfg.sim.detector; d != nil {
+		w.f.detector, w.f.falseLeft = d.Kind, d.FalseSuspicions
+	}
 	w.f.loss = cfg.sim.loss
 	if w.f.loss > 0 {
 		w.f.armed = true

@@ -501,6 +501,9 @@ func (w *World) deliver(e envelope) {
 		// A try is never queued: for the order, it arrives when granted.
 		w.arrivals = append(slices.Clip(w.arrivals), e.m.From)
 	}
+	if l := w.cfg.sim.livelock; l > 0 && w.err == nil && w.idle > l && w.outstanding > 0 {
+		w.fail("livelock: %d deliveries without an entry or exit", w.idle)
+	}
 }
 
 func (w *World) enter(peer int, cause eventKind) {

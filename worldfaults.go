@@ -149,3 +149,89 @@ func (w *World) partition(groups [][]int) error {
 	w.err = w.checkTokens()
 	return w.err
 }
+
+// Crash stops peer for good, now, outside the transitions and whatever
+// budget of crashes a checker has: every message to or from it is lost,
+// those in flight included, it takes no more steps, and its requests are
+// withdrawn. A peer that crashes inside the critical section never leaves
+// it, so another peer that enters afterwards is a violation, unless the
+// world has a failure detector. Crashing a peer twice is harmless; a peer
+// outside 0 to n-1 is an error wrapping ErrInvalidConfig. After a
+// violation Crash returns it. Simulation.Crash is this method.
+func (w *World) Crash(peer int) error {
+	if peer < 0 || peer >= w.n {
+		return fmt.Errorf("%w: crash of peer %d out of range [0, %d)", ErrInvalidConfig, peer, w.n)
+	}
+	if w.err != nil {
+		return w.err
+	}
+	if w.isCrashed(peer) {
+		return nil
+	}
+	w.crash(peer)
+	w.err = w.checkTokens()
+	return w.err
+}
+
+// Partition cuts the network into the given groups of peers, now, outside
+// the transitions: messages between peers of different groups are lost,
+// those in flight included, until Heal. Peers named in no group form one
+// more group together. A peer named twice, or out of range, is an error
+// wrapping ErrInvalidConfig. Simulation.Partition is this method.
+func (w *World) Partition(groups ...[]int) error { return w.partition(groups) }
+
+// Heal ends a partition, now, outside the transitions. Messages lost while
+// it lasted stay lost, and crashed peers stay crashed. Healing a whole
+// network does nothing.
+func (w *World) Heal() {
+	if w.f.group == nil {
+		return
+	}
+	w.f.group = nil
+	w.record(Event{Kind: EventHeal, Peer: -1})
+}
+
+// DropNext makes the world lose the next count messages for which match
+// returns true when they are sent; a nil match matches every message.
+// Rules are tried in the order they were added; a message lost to a crash
+// or a partition does not use one up. A count of zero or less adds no
+// rule. Simulation.DropNext is this method.
+func (w *World) DropNext(count int, match func(m Message) bool) {
+	if count <= 0 {
+		return
+	}
+	w.f.drops = append(w.f.drops, dropRule{count: count, match: match})
+	w.f.armed = true
+}
+
+// Dropped returns how many messages the world has lost to faults: on
+// sending (a cut link, DropNext, WithLoss), in flight (a crash, a
+// partition), or by a checker's TransLose.
+func (w *World) Dropped() uint64 { return w.f.lost }
+
+// Suspect has peer's failure detector start suspecting target, a live
+// peer that it trusts now, as a step of its own outside the transitions: a
+// false suspicion, such as WithFalseSuspicions makes. It counts against an
+// imperfect detector's bound of false suspicions, as the transition
+// TransSuspect of a live peer does, and the detector owes a TransTrust of
+// target from then on (see AppendDue). It returns what the step did, as
+// Apply does. A world without a failure detector, a peer or target out of
+// range or crashed, a peer that is its target, and a target already
+// suspected are errors wrapping ErrInvalidConfig, and change nothing.
+func (w *World) Suspect(peer, target int) (Step, error) {
+	switch {
+	case w.err != nil:
+		return Step{Entered: -1}, w.err
+	case w.f.detector == DetectorNone:
+		return Step{Entered: -1}, fmt.Errorf("%w: suspicion of peer %d by peer %d in a world without a failure detector", ErrInvalidConfig, target, peer)
+	case peer < 0 || peer >= w.n || target < 0 || target >= w.n || peer == target:
+		return Step{Entered: -1}, fmt.Errorf("%w: suspicion of peer %d by peer %d: want two peers in range [0, %d)", ErrInvalidConfig, target, peer, w.n)
+	case w.isCrashed(peer) || w.isCrashed(target) || w.suspects(peer, target):
+		return Step{Entered: -1}, fmt.Errorf("%w: suspicion of peer %d by peer %d: want two live peers, the second trusted by the first", ErrInvalidConfig, target, peer)
+	}
+	return w.apply(Transition{Kind: TransSuspect, Peer: peer, Target: target})
+}
+
+// Suspecting reports whether peer's failure detector suspects target now;
+// both must be in range.
+func (w *World) Suspecting(peer, target int) bool { return w.suspects(peer, target) }
