@@ -374,7 +374,8 @@ func (v *Violation) Replay() (*World, error) {
 // Once the search completes without a safety violation, it checks
 // starvation-freedom under weak fairness: every message in flight is
 // eventually delivered (per pair with FIFO queues; each distinct message
-// in an unordered network), and a peer inside eventually leaves, while
+// in an unordered network), and a peer inside eventually leaves (with
+// Fenced, it first makes its writes, which are owed like the leave), while
 // requests and faults are the environment's free choice. For each peer p,
 // it takes the states where p waits (before any fault), finds their
 // strongly connected components, and reports a starvation when a
@@ -653,13 +654,17 @@ func (c *checker) fingerprint(w *World) fingerprint {
 	return fingerprint{maphash.Bytes(c.seeds[0], c.buf), maphash.Bytes(c.seeds[1], c.buf)}
 }
 
-// classOf is the fairness class of transition t in w: "peer q leaves",
-// "deliver on pair i->j" (FIFO) or "deliver this message" (unordered);
-// -1 for the environment's choices.
+// classOf is the fairness class of transition t in the world being
+// expanded: one class per obligation of weak fairness (see liveness.go),
+// -1 for the environment's choices. The classes are "holder q steps out"
+// (its write to the fenced store, or its leave once it has written: at
+// most one of them is enabled in a state, and a holder owes whichever
+// is), "deliver on pair i->j" (FIFO), "deliver this message"
+// (unordered), and a suspicion or trust the detector owes.
 func (c *checker) classOf(t Transition) int32 {
 	n := int32(c.cc.N)
 	switch t.Kind {
-	case TransLeave:
+	case TransLeave, TransWrite:
 		return int32(t.Peer)
 	case TransSuspect, TransTrust:
 		// Owed by the detector, when enabled outside the false budget:

@@ -2,6 +2,7 @@ package dmutex
 
 import (
 	"bytes"
+	"fmt"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -149,4 +150,167 @@ func joinLines(ls []string) string {
 		b.WriteString(l)
 	}
 	return b.String()
+}
+
+// requireFairLasso replays v, a starvation of peer p found by Check with
+// cfg, in a fresh world and requires what such a counterexample must be:
+// its loop (the steps from CycleStart on) takes at least one step and
+// ends in the state where it began, p waits in every state of the loop,
+// and the loop is weakly fair: every obligation enabled in every state of
+// the loop is taken by one of its steps. The obligations are named here
+// from the transitions, apart from the checker's classes: a holder's step
+// out (its write or its leave), a delivery (per pair over FIFO queues,
+// per message and fence in a bag) and what the failure detector owes.
+func requireFairLasso(t *testing.T, cfg CheckConfig, v *Violation, p int) {
+	t.Helper()
+	require.NotNil(t, v)
+	require.Equal(t, "starvation", v.Property)
+	require.Contains(t, v.Message, "P"+itoa(p)+" waits for ever")
+	require.Less(t, v.CycleStart, len(v.Transitions), "the loop takes at least one step")
+	c, err := newChecker(cfg)
+	require.NoError(t, err)
+	w, err := c.startWorld(false)
+	require.NoError(t, err)
+	fifo := w.FIFO()
+	obligation := func(tr Transition) string {
+		switch tr.Kind {
+		case TransLeave, TransWrite:
+			return fmt.Sprintf("P%d steps out", tr.Peer)
+		case TransDeliver:
+			if fifo {
+				return fmt.Sprintf("deliver on P%d->P%d", tr.Msg.From, tr.Msg.To)
+			}
+			return fmt.Sprintf("deliver %s fence %d", formatMessage(tr.Msg, true), tr.Msg.Fence)
+		case TransSuspect, TransTrust:
+			return tr.ID()
+		}
+		return ""
+	}
+	state := func() string {
+		return string(w.appendState(nil, new([][]byte), new([]byte), new(stampMap)))
+	}
+	var start string
+	always := map[string]bool{} // enabled in every state of the loop so far
+	taken := map[string]bool{}
+	for i, id := range v.Transitions {
+		if i >= v.CycleStart {
+			require.True(t, w.Peer(p).Waiting, "P%d waits at step %d of the loop", p, i+1)
+			now := map[string]bool{}
+			for _, tr := range w.appendTransitions(nil, false) {
+				if o := obligation(tr); o != "" {
+					now[o] = true
+				}
+			}
+			if i == v.CycleStart {
+				start = state()
+				always = now
+			}
+			for o := range always {
+				if !now[o] {
+					delete(always, o)
+				}
+			}
+		}
+		tr, ok := w.Find(id)
+		require.True(t, ok, "step %d, %s, does not replay", i+1, id)
+		if i >= v.CycleStart {
+			taken[obligation(tr)] = true
+		}
+		_, err := w.Apply(tr)
+		require.NoError(t, err)
+	}
+	require.Equal(t, start, state(), "the loop ends where it began")
+	for o := range always {
+		assert.True(t, taken[o], "%q is enabled in every state of the loop and never taken: the run is not fair", o)
+	}
+}
+
+// lazyHolder, under the fenced store, starves nobody in a fair run: P0
+// enters at once on its request, and a request of P2 that reaches it
+// starts a ping between P0 and P1 that never ends, and is granted when P0
+// leaves (or at once if P0 is not inside and has not begun to wait); P2
+// gives the privilege back when it leaves. A run in which P0 stays inside
+// for ever, never writing, while the ping goes on, is not fair: P0's
+// write is enabled all along, and a holder must write before it leaves.
+type lazyHolder struct {
+	id                                   int
+	priv, inside, owe, wantSelf, pinging bool
+}
+
+func newLazyHolder(id, _ int) machine { return &lazyHolder{id: id, priv: id == 0} }
+
+func (h *lazyHolder) step(ev event, out *output) {
+	switch {
+	case h.id == 0 && ev.kind == evRequest:
+		if h.priv {
+			h.inside = true
+			out.enter()
+			return
+		}
+		h.wantSelf = true
+	case h.id == 0 && ev.kind == evRelease:
+		h.inside = false
+		if h.owe {
+			h.owe, h.priv = false, false
+			out.send(Message{Kind: KindGrant, From: 0, To: 2})
+		}
+	case h.id == 0 && ev.kind == evMessage && ev.msg.Kind == KindRequest:
+		if !h.pinging {
+			h.pinging = true
+			out.send(Message{Kind: KindInquire, From: 0, To: 1})
+		}
+		if h.priv && !h.inside {
+			h.priv = false
+			out.send(Message{Kind: KindGrant, From: 0, To: 2})
+			return
+		}
+		h.owe = true
+	case h.id == 0 && ev.kind == evMessage && ev.msg.Kind == KindRelease:
+		h.priv = true
+		if h.wantSelf {
+			h.wantSelf, h.inside = false, true
+			out.enter()
+		}
+	case h.id < 2 && ev.kind == evMessage && ev.msg.Kind == KindInquire:
+		out.send(Message{Kind: KindInquire, From: h.id, To: 1 - h.id})
+	case h.id == 2 && ev.kind == evRequest:
+		out.send(Message{Kind: KindRequest, From: 2, To: 0})
+	case h.id == 2 && ev.kind == evMessage && ev.msg.Kind == KindGrant:
+		out.enter()
+	case h.id == 2 && ev.kind == evRelease:
+		out.send(Message{Kind: KindRelease, From: 2, To: 0})
+	}
+}
+func (h *lazyHolder) clone() machine { c := *h; return &c }
+func (h *lazyHolder) appendState(b []byte) []byte {
+	for _, f := range []bool{h.priv, h.inside, h.owe, h.wantSelf, h.pinging} {
+		b = appendBool(b, f)
+	}
+	return b
+}
+
+// TestWeakFairnessObligesWrites: with the fenced store a holder cannot
+// leave before it writes, so its write is owed as its leave is. The
+// checker once gave the write no fairness class, and took the run in
+// which P0 never writes while P0 and P1 ping for ever as a fair one that
+// starves P2.
+func TestWeakFairnessObligesWrites(t *testing.T) {
+	for _, net := range []Network{NetworkFIFO, NetworkUnordered} {
+		for _, fenced := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%v/fenced=%v", net, fenced), func(t *testing.T) {
+				cfg := CheckConfig{Algorithm: Centralized, N: 3, RequestsPerPeer: []int{1, 0, 1}, Network: net,
+					Fenced: fenced, build: newLazyHolder}
+				res := mustCheck(t, cfg)
+				require.True(t, res.Complete)
+				require.True(t, res.Safe)
+				require.True(t, res.Liveness)
+				if v := res.Violation; v != nil {
+					t.Logf("%s:\n    %s", v.Message, joinLines(v.Trace))
+				}
+				assert.True(t, res.DeadlockFree)
+				assert.True(t, res.StarvationFree, "every cycle in which P2 waits leaves a step owed")
+				assert.Nil(t, res.Violation)
+			})
+		}
+	}
 }
