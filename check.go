@@ -659,8 +659,10 @@ func (c *checker) fingerprint(w *World) fingerprint {
 // -1 for the environment's choices. The classes are "holder q steps out"
 // (its write to the fenced store, or its leave once it has written: at
 // most one of them is enabled in a state, and a holder owes whichever
-// is), "deliver on pair i->j" (FIFO), "deliver this message"
-// (unordered), and a suspicion or trust the detector owes.
+// is), "deliver on pair i->j" (FIFO), "deliver this message" (unordered,
+// its fence included: two messages that differ only in it are two
+// deliveries owed, as World.bagDup offers both), and a suspicion or trust
+// the detector owes.
 func (c *checker) classOf(t Transition) int32 {
 	n := int32(c.cc.N)
 	switch t.Kind {
@@ -678,6 +680,9 @@ func (c *checker) classOf(t Transition) int32 {
 			return n + int32(t.Msg.From*c.cc.N+t.Msg.To)
 		}
 		c.buf = appendMessage(c.buf[:0], t.Msg)
+		if c.cc.Fenced {
+			c.buf = appendUint(c.buf, t.Msg.Fence)
+		}
 		k, ok := c.classes[string(c.buf)]
 		if !ok {
 			k = n + int32(len(c.classes))

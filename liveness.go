@@ -38,8 +38,8 @@ func appendDecimal(b []byte, i int) []byte {
 	return append(b, byte('0'+i%10))
 }
 
-// lasso is a path from the start whose states from index cycle on form a
-// cycle (the last state is path[cycle]).
+// lasso is a path of states from the start whose steps into path[cycle:]
+// form a loop: the last state is path[cycle-1], where the loop begins.
 type lasso struct {
 	path  []int32
 	cycle int
@@ -172,27 +172,28 @@ func (c *checker) peerLiveness(sc *sccs, p int) (int, *lasso) {
 }
 
 // fairCycle returns a lasso through component id (whose states are
-// sc.members) if the component is fair: every class enabled in all its
-// states is taken by an edge inside it.
+// sc.members) if the component is fair (checker.fairComponent): every
+// class enabled in all its states is taken by an edge inside it.
+// Enabledness is a property of a state: a class is enabled in a state
+// when at least one edge of that class leaves it, however many do.
 func (c *checker) fairCycle(sc *sccs, id int32) *lasso {
-	count := map[int32]int{}
-	taken := map[int32]bool{}
+	if !c.fairComponent(sc.members, sc.comp, id, everyEdge) {
+		return nil
+	}
+	var need []int32 // the classes enabled in every state of the component
+	enabled := map[int32]int{}
+	var here []int32
 	for _, u := range sc.members {
+		here = here[:0]
 		for e := c.off[u]; e < c.off[u+1]; e++ {
-			if k := c.cls[e]; k >= 0 {
-				count[k]++
-				if sc.comp[c.to[e]] == id {
-					taken[k] = true
-				}
+			if k := c.cls[e]; k >= 0 && !slices.Contains(here, k) {
+				here = append(here, k)
+				enabled[k]++
 			}
 		}
 	}
-	var need []int32
-	for k, n := range count {
+	for k, n := range enabled {
 		if n == len(sc.members) {
-			if !taken[k] {
-				return nil
-			}
 			need = append(need, k)
 		}
 	}
@@ -211,6 +212,9 @@ func (c *checker) fairCycle(sc *sccs, id int32) *lasso {
 	path = append(path, seg...)
 	return &lasso{path: path, cycle: cycle}
 }
+
+// everyEdge keeps every edge of the graph.
+func everyEdge(int32) bool { return true }
 
 // walk returns the states of a shortest path inside component id from
 // state from that ends with an edge for which goal holds (from itself

@@ -3,6 +3,7 @@ package dmutex
 import (
 	"bytes"
 	"fmt"
+	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -312,5 +313,242 @@ func TestWeakFairnessObligesWrites(t *testing.T) {
 				assert.Nil(t, res.Violation)
 			})
 		}
+	}
+}
+
+// fenceTwins, under the fenced store and over a bag, starves nobody in a
+// fair run. P2 enters after two grants from P0: P0 sends the first when
+// P2's request reaches it (and starts a ping with P1 that never ends), the
+// second once it is not inside (at its leave, or when the ping comes
+// back), and keeps out until P2's release. When P0 enters between the two,
+// the second grant carries a higher fence than the first, and while the
+// ping goes on P2 waits with two grants in flight that differ only in
+// their fence: each is owed in every state, so a run that delivers
+// neither is not fair.
+type fenceTwins struct {
+	id                                   int
+	priv, inside, owe, wantSelf, pinging bool
+	grants                               int
+}
+
+func newFenceTwins(id, _ int) machine { return &fenceTwins{id: id, priv: id == 0} }
+
+func (f *fenceTwins) step(ev event, out *output) {
+	grant := Message{Kind: KindGrant, From: 0, To: 2}
+	switch {
+	case f.id == 0 && ev.kind == evRequest:
+		if f.priv {
+			f.inside = true
+			out.enter()
+			return
+		}
+		f.wantSelf = true
+	case f.id == 0 && ev.kind == evRelease:
+		f.inside = false
+		if f.owe {
+			f.owe, f.priv = false, false
+			out.send(grant)
+		}
+	case f.id == 0 && ev.kind == evMessage && ev.msg.Kind == KindRequest:
+		out.send(grant)
+		f.owe = true
+		if !f.pinging {
+			f.pinging = true
+			out.send(Message{Kind: KindInquire, From: 0, To: 1})
+		}
+	case f.id == 0 && ev.kind == evMessage && ev.msg.Kind == KindInquire:
+		if f.owe && !f.inside {
+			f.owe, f.priv = false, false
+			out.send(grant)
+		}
+		out.send(Message{Kind: KindInquire, From: 0, To: 1})
+	case f.id == 0 && ev.kind == evMessage && ev.msg.Kind == KindRelease:
+		f.priv = true
+		if f.wantSelf {
+			f.wantSelf, f.inside = false, true
+			out.enter()
+		}
+	case f.id == 1 && ev.kind == evMessage && ev.msg.Kind == KindInquire:
+		out.send(Message{Kind: KindInquire, From: 1, To: 0})
+	case f.id == 2 && ev.kind == evRequest:
+		out.send(Message{Kind: KindRequest, From: 2, To: 0})
+	case f.id == 2 && ev.kind == evMessage && ev.msg.Kind == KindGrant:
+		if f.grants++; f.grants == 2 {
+			f.grants = 0
+			out.enter()
+		}
+	case f.id == 2 && ev.kind == evRelease:
+		out.send(Message{Kind: KindRelease, From: 2, To: 0})
+	}
+}
+func (f *fenceTwins) clone() machine { c := *f; return &c }
+func (f *fenceTwins) appendState(b []byte) []byte {
+	for _, x := range []bool{f.priv, f.inside, f.owe, f.wantSelf, f.pinging} {
+		b = appendBool(b, x)
+	}
+	return appendInt(b, f.grants)
+}
+
+// TestWeakFairnessPerState: a class of transitions is continuously
+// enabled on a cycle when it is enabled in every state of it, however many
+// of its transitions a state offers. The checker once counted the edges
+// of a class against the states of a component, so that a state offering
+// two deliveries of one class stood for two states: with fenceTwins, two
+// grants that differ only in their fence (one class then) made the grants
+// look not always enabled, and the ping cycle that never delivers them
+// passed as a fair run starving P2.
+func TestWeakFairnessPerState(t *testing.T) {
+	cfg := CheckConfig{Algorithm: Centralized, N: 3, RequestsPerPeer: []int{1, 0, 1}, Network: NetworkUnordered,
+		Fenced: true, build: newFenceTwins}
+	res := mustCheck(t, cfg)
+	require.True(t, res.Complete)
+	require.True(t, res.Safe)
+	require.True(t, res.Liveness)
+	if v := res.Violation; v != nil {
+		t.Logf("%s:\n    %s", v.Message, joinLines(v.Trace))
+	}
+	assert.True(t, res.DeadlockFree)
+	assert.True(t, res.StarvationFree, "every cycle in which P2 waits leaves a grant undelivered")
+	assert.Nil(t, res.Violation)
+}
+
+// graphChecker is a checker over a hand-made graph, for peerLiveness of
+// peer 0: states 0 to n-1 (0 the start), peer 0 waiting in each but those
+// in out, and the edges {from, to, class}, given in order of from. The
+// search tree (parent) is a breadth-first one from state 0.
+func graphChecker(n int, out []int32, edges [][3]int32) *checker {
+	c := &checker{cc: CheckConfig{N: 1}}
+	for s := range int32(n) {
+		info := stateInfo{wait: 1}
+		if slices.Contains(out, s) {
+			info.wait = 0
+		}
+		c.info = append(c.info, info)
+		c.off = append(c.off, int32(len(c.to)))
+		for _, e := range edges {
+			if e[0] == s {
+				c.to = append(c.to, e[1])
+				c.cls = append(c.cls, e[2])
+				c.ent = append(c.ent, -1)
+			}
+		}
+	}
+	c.off = append(c.off, int32(len(c.to)))
+	c.parent = make([]int32, n)
+	for i := range c.parent {
+		c.parent[i] = -2
+	}
+	c.parent[0] = -1
+	for queue := []int32{0}; len(queue) > 0; queue = queue[1:] {
+		s := queue[0]
+		for e := c.off[s]; e < c.off[s+1]; e++ {
+			if t := c.to[e]; c.parent[t] == -2 {
+				c.parent[t] = s
+				queue = append(queue, t)
+			}
+		}
+	}
+	return c
+}
+
+// requireLasso requires that l is a path of c's graph from the start
+// whose loop (the steps into l.path[l.cycle:]) takes at least one step,
+// ends where it began, and stays where peer 0 waits.
+func requireLasso(t *testing.T, c *checker, l *lasso) {
+	t.Helper()
+	require.NotNil(t, l)
+	require.Equal(t, int32(0), l.path[0])
+	require.Less(t, l.cycle, len(l.path), "the loop takes at least one step")
+	require.Positive(t, l.cycle)
+	for i := 1; i < len(l.path); i++ {
+		u, v := l.path[i-1], l.path[i]
+		require.Contains(t, c.to[c.off[u]:c.off[u+1]], v, "no edge %d->%d", u, v)
+		if i >= l.cycle {
+			require.NotZero(t, c.info[v].wait, "the loop leaves the waiting states at %d", v)
+		}
+	}
+	require.Equal(t, l.path[l.cycle-1], l.path[len(l.path)-1], "the loop ends where it began")
+}
+
+// TestFairCycleEnabledPerState: whether a class is owed on a component
+// is decided state by state: it is owed when every state of the
+// component offers it, and a state offering it twice still counts once.
+// The checker once counted its edges against the component's states.
+func TestFairCycleEnabledPerState(t *testing.T) {
+	for _, tt := range []struct {
+		name  string
+		edges [][3]int32
+		fair  bool
+	}{
+		{
+			// Class 7 leaves state 1 twice and state 2 not at all: not
+			// owed, so the cycle 1 <-> 2 is fair.
+			name:  "offered twice in one state only",
+			edges: [][3]int32{{0, 1, -1}, {1, 2, -1}, {1, 3, 7}, {1, 3, 7}, {2, 1, -1}},
+			fair:  true,
+		},
+		{
+			// Class 7 leaves both states, twice from state 1, and is
+			// never taken inside: owed all along, so no fair run stays.
+			name:  "offered everywhere, twice in one state",
+			edges: [][3]int32{{0, 1, -1}, {1, 2, -1}, {1, 3, 7}, {1, 3, 7}, {2, 1, -1}, {2, 3, 7}},
+			fair:  false,
+		},
+		{
+			name:  "offered everywhere and taken inside",
+			edges: [][3]int32{{0, 1, -1}, {1, 2, 7}, {1, 3, 7}, {2, 1, -1}, {2, 3, 7}},
+			fair:  true,
+		},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			c := graphChecker(4, []int32{3}, tt.edges)
+			_, l := c.peerLiveness(newSCCs(len(c.info)), 0)
+			if !tt.fair {
+				require.Nil(t, l)
+				return
+			}
+			requireLasso(t, c, l)
+		})
+	}
+}
+
+// TestFairnessClasses: one class per obligation. A holder's write and
+// its leave are one (it owes whichever is enabled), two holders' are
+// two; over a bag, two messages that differ only in their fence are two
+// deliveries owed, and two copies of one message are one; the
+// environment's choices carry no class.
+func TestFairnessClasses(t *testing.T) {
+	c, err := newChecker(CheckConfig{Algorithm: Centralized, N: 3, Network: NetworkUnordered, Fenced: true})
+	require.NoError(t, err)
+	grant := func(fence uint64, seq uint64) Transition {
+		return Transition{Kind: TransDeliver, Peer: 2, Seq: seq, Msg: Message{Kind: KindGrant, From: 0, To: 2, Fence: fence}}
+	}
+	for _, tt := range []struct {
+		name string
+		a, b Transition
+		same bool
+	}{
+		{"a holder's write and leave", Transition{Kind: TransWrite, Peer: 1}, Transition{Kind: TransLeave, Peer: 1}, true},
+		{"two holders' leaves", Transition{Kind: TransLeave, Peer: 1}, Transition{Kind: TransLeave, Peer: 2}, false},
+		{"two holders' writes", Transition{Kind: TransWrite, Peer: 1}, Transition{Kind: TransWrite, Peer: 2}, false},
+		{"messages that differ in their fence", grant(1, 4), grant(2, 5), false},
+		{"copies of one message", grant(1, 4), grant(1, 9), true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			a, b := c.classOf(tt.a), c.classOf(tt.b)
+			require.GreaterOrEqual(t, a, int32(0))
+			require.GreaterOrEqual(t, b, int32(0))
+			assert.Equal(t, tt.same, a == b)
+		})
+	}
+	for _, tr := range []Transition{
+		{Kind: TransRequest, Peer: 1},
+		{Kind: TransTry, Peer: 1},
+		{Kind: TransCrash, Peer: 1},
+		{Kind: TransLose, Peer: 2, Seq: 4, Msg: Message{Kind: KindGrant, From: 0, To: 2}},
+		{Kind: TransPartition, Peer: -1},
+		{Kind: TransHeal, Peer: -1},
+	} {
+		assert.Equal(t, int32(-1), c.classOf(tr), "%v is the environment's choice", tr)
 	}
 }
