@@ -2,6 +2,55 @@ package dmutex
 
 import "slices"
 
+// Starvation under weak fairness, decided over the explored graph.
+//
+// A run is an infinite path of the graph from the start. Each edge has a
+// fairness class (checker.classOf), one per obligation: a holder's step
+// out of the critical section (its write to the fenced store, else its
+// leave), a delivery (per pair over FIFO queues, per distinct message and
+// fence over a bag) and a suspicion or trust that the failure detector
+// owes; requests, tries and faults are the environment's free choices and
+// have none (-1). A class is enabled in a state when an edge of that class
+// leaves the state. A run is weakly fair when no class is, from some point
+// on, enabled in every state of the run and yet taken only finitely often.
+// A request of peer p starves when a weakly fair run has p waiting from
+// some point on (and a quiet state in which p waits is a deadlock, which
+// Check reports as such: a finite run that stops there is a starvation
+// too, so StarvationFree is false with it).
+//
+// The search is exact, for each p, over the subgraph of the states where
+// p waits (W). Call a strongly connected component C of W fair when it
+// holds at least one edge (a self-loop counts) and every class enabled in
+// every state of C is taken by an edge inside C. Then a fair run starving
+// p exists if and only if some component of W is fair:
+//
+//   - If C is fair, go from the start to C and then loop for ever round a
+//     closed walk in C that visits every state of C and takes one edge of
+//     each class that an edge inside C takes (C is strongly connected, so
+//     one exists). A class enabled in every state of that loop is enabled
+//     in every state of C, so C takes it, so the loop takes it on each
+//     round: the run is fair, and p waits for ever. (The lasso fairCycle
+//     reports is shorter but fair for the same reason.)
+//   - If a fair run ρ has p waiting from some point on, then since the
+//     graph is finite the states ρ visits infinitely often, with the edges
+//     it takes infinitely often, form a strongly connected subgraph of W
+//     with at least one edge, so they lie in one component C of W. A class
+//     enabled in every state of C is enabled in every state ρ visits from
+//     some point on, so ρ takes it infinitely often, on an edge among
+//     those it takes infinitely often, which lies inside C: C is fair.
+//
+// Weak fairness needs no more: a cycle inside an unfair component C has
+// every obligation C has (a class enabled in all of C is enabled all
+// round it) and no more edges to meet it with, so it is unfair too, and
+// components need not be split further as they must be for strong
+// fairness. Two things the argument leans on: enabledness is a property
+// of states (a state offering two edges of one class enables it once),
+// and a class names the same obligation in every state; this is why a
+// bag's classes are message encodings, which the state encoding keeps as
+// they are (World.classify renames stamps only over FIFO queues). The
+// graph is that of the states as their 128-bit fingerprints tell them
+// apart; see Check for what a collision could hide.
+
 // liveness computes StarvationFree and MaxOvertakes from the explored
 // graph, when the search completed without a safety violation; otherwise
 // neither is known, and StarvationFree is false, so that nobody reads a
@@ -176,34 +225,44 @@ func (c *checker) peerLiveness(sc *sccs, p int) (int, *lasso) {
 // class enabled in all its states is taken by an edge inside it.
 // Enabledness is a property of a state: a class is enabled in a state
 // when at least one edge of that class leaves it, however many do.
+//
+// The lasso's loop is itself a fair run, not merely a cycle of a fair
+// component: from s0, the component's first state, it takes in turn, for
+// each class enabled somewhere in the component, an edge of that class
+// inside the component if there is one, and otherwise goes to a state of
+// the component where the class is not enabled (there is one, since the
+// component is fair), and then comes back to s0. A class enabled in every
+// state of the loop is therefore taken on it.
 func (c *checker) fairCycle(sc *sccs, id int32) *lasso {
 	if !c.fairComponent(sc.members, sc.comp, id, everyEdge) {
 		return nil
 	}
-	var need []int32 // the classes enabled in every state of the component
-	enabled := map[int32]int{}
-	var here []int32
+	var classes []int32       // enabled somewhere in the component
+	taken := map[int32]bool{} // taken by an edge inside it
 	for _, u := range sc.members {
-		here = here[:0]
 		for e := c.off[u]; e < c.off[u+1]; e++ {
-			if k := c.cls[e]; k >= 0 && !slices.Contains(here, k) {
-				here = append(here, k)
-				enabled[k]++
+			if k := c.cls[e]; k >= 0 {
+				classes = append(classes, k)
+				if sc.comp[c.to[e]] == id {
+					taken[k] = true
+				}
 			}
 		}
 	}
-	for k, n := range enabled {
-		if n == len(sc.members) {
-			need = append(need, k)
-		}
-	}
-	slices.Sort(need)
+	slices.Sort(classes)
+	classes = slices.Compact(classes)
 	s0 := slices.Min(sc.members)
 	path := c.pathTo(s0)
 	cycle := len(path)
 	cur := s0
-	for _, k := range need {
-		seg := c.walk(sc, id, cur, func(e int32) bool { return c.cls[e] == k })
+	for _, k := range classes {
+		var seg []int32
+		switch {
+		case taken[k]:
+			seg = c.walk(sc, id, cur, func(e int32) bool { return c.cls[e] == k })
+		case c.enables(cur, k):
+			seg = c.walk(sc, id, cur, func(e int32) bool { return !c.enables(c.to[e], k) })
+		}
 		path = append(path, seg...)
 		cur = path[len(path)-1]
 	}
@@ -211,6 +270,11 @@ func (c *checker) fairCycle(sc *sccs, id int32) *lasso {
 	seg := c.walk(sc, id, cur, func(e int32) bool { return c.to[e] == s0 })
 	path = append(path, seg...)
 	return &lasso{path: path, cycle: cycle}
+}
+
+// enables reports whether an edge of class k leaves state s.
+func (c *checker) enables(s, k int32) bool {
+	return slices.Contains(c.cls[c.off[s]:c.off[s+1]], k)
 }
 
 // everyEdge keeps every edge of the graph.

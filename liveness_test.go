@@ -90,6 +90,8 @@ func TestCheckFindsLivelock(t *testing.T) {
 			assert.Positive(t, v.CycleStart)
 			assert.Contains(t, v.Mermaid, "repeats for ever")
 			t.Logf("%s (cycle from step %d):\n    %s", v.Message, v.CycleStart+1, joinLines(v.Trace))
+			requireFairLasso(t, CheckConfig{Algorithm: TokenRing, N: 3, Requests: 1, Network: net,
+				build: func(id, _ int) machine { return &bouncer{id: id, token: id == 0} }}, v, 2)
 
 			// The lasso replays, and its cycle comes back to where it began.
 			w, err := v.Replay()
@@ -550,5 +552,52 @@ func TestFairnessClasses(t *testing.T) {
 		{Kind: TransHeal, Peer: -1},
 	} {
 		assert.Equal(t, int32(-1), c.classOf(tr), "%v is the environment's choice", tr)
+	}
+}
+
+// sideNote starves P2: its request reaches P0, which never grants it but
+// starts a ping with P1 that never ends, and sends P2 a note (KindFailed)
+// that P2 answers (KindRelinquish), which makes P0 send the note again.
+// Every message is delivered in the run that starves P2; a shorter loop
+// that only pings, with the note waiting all along, is not fair.
+type sideNote struct{ id int }
+
+func (s *sideNote) step(ev event, out *output) {
+	switch {
+	case s.id == 2 && ev.kind == evRequest:
+		out.send(Message{Kind: KindRequest, From: 2, To: 0})
+	case ev.kind != evMessage:
+	case ev.msg.Kind == KindRequest:
+		out.send(Message{Kind: KindInquire, From: 0, To: 1})
+		out.send(Message{Kind: KindFailed, From: 0, To: 2})
+	case ev.msg.Kind == KindInquire:
+		out.send(Message{Kind: KindInquire, From: s.id, To: 1 - s.id})
+	case ev.msg.Kind == KindFailed:
+		out.send(Message{Kind: KindRelinquish, From: 2, To: 0})
+	case ev.msg.Kind == KindRelinquish:
+		out.send(Message{Kind: KindFailed, From: 0, To: 2})
+	}
+}
+func (s *sideNote) clone() machine              { c := *s; return &c }
+func (s *sideNote) appendState(b []byte) []byte { return b }
+
+// TestStarvationLoopIsFair: the loop of a starvation counterexample is a
+// fair run, not merely a cycle of a fair component. The checker once
+// built it to take only the classes enabled in every state of the
+// component, and so reported, for sideNote, the two-step ping from the
+// component's first state, in which the note to P2 waits for ever.
+func TestStarvationLoopIsFair(t *testing.T) {
+	for _, net := range []Network{NetworkFIFO, NetworkUnordered} {
+		t.Run(net.String(), func(t *testing.T) {
+			cfg := CheckConfig{Algorithm: Centralized, N: 3, RequestsPerPeer: []int{0, 0, 1}, Network: net,
+				build: func(id, _ int) machine { return &sideNote{id: id} }}
+			res := mustCheck(t, cfg)
+			require.True(t, res.Complete)
+			require.True(t, res.Liveness)
+			assert.True(t, res.DeadlockFree)
+			assert.False(t, res.StarvationFree)
+			requireFairLasso(t, cfg, res.Violation, 2)
+			t.Logf("%s (loop from step %d):\n    %s", res.Violation.Message, res.Violation.CycleStart+1, joinLines(res.Violation.Trace))
+		})
 	}
 }
