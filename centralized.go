@@ -278,6 +278,16 @@ func (c *centralized) coordinatorID() int {
 	return coordinator
 }
 
+// requestArrives: a KindRequest joins the coordinator's queue as it
+// arrives (or is granted at once, first in line).
+func (c *centralized) requestArrives(m Message) bool { return m.Kind == KindRequest }
+
+// tryGranted: a KindTry is granted in the step that delivers it unless
+// the coordinator answers it KindBusy.
+func (c *centralized) tryGranted(m Message, sent []Message) bool {
+	return m.Kind == KindTry && !slices.ContainsFunc(sent, func(s Message) bool { return s.Kind == KindBusy })
+}
+
 func (c *centralized) describe() []Field {
 	fs := []Field{{"wanting", fmt.Sprint(c.wanting)}}
 	if c.trying {

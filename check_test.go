@@ -199,6 +199,8 @@ func promisedOvertakes(a Algorithm, n, r int) int {
 // starts with the token, and a peer without it forges one when asked.
 type forger struct{ token bool }
 
+var _, _ tokenHolder = (*forger)(nil), (*dropper)(nil)
+
 func (f *forger) step(ev event, out *output) {
 	if ev.kind == evRequest {
 		f.token = true
@@ -206,6 +208,7 @@ func (f *forger) step(ev event, out *output) {
 	}
 }
 func (f *forger) hasToken() bool              { return f.token }
+func (f *forger) carriesToken(Message) bool   { return false }
 func (f *forger) clone() machine              { c := *f; return &c }
 func (f *forger) appendState(b []byte) []byte { return appendBool(b, f.token) }
 
@@ -223,8 +226,9 @@ func (d *dropper) step(ev event, out *output) {
 		d.token = false // vanished
 	}
 }
-func (d *dropper) hasToken() bool { return d.token }
-func (d *dropper) clone() machine { c := *d; return &c }
+func (d *dropper) hasToken() bool            { return d.token }
+func (d *dropper) carriesToken(Message) bool { return false }
+func (d *dropper) clone() machine            { c := *d; return &c }
 func (d *dropper) appendState(b []byte) []byte {
 	return appendBool(appendBool(b, d.token), d.inside)
 }

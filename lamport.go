@@ -287,6 +287,11 @@ func (l *lamport) appendStamps(s []uint64, noTries bool) []uint64 {
 // the n-1 deliveries of its release.
 func (l *lamport) entryEvents(n int) int { return 3*(n-1) + 2 }
 
+// carriesTry: a try goes out as KindTry, and its delivery compares its
+// stamp with the queued ones (ahead), which noTries lets the encoding
+// forget; its busy answers and replies compare only with the trier's own.
+func (l *lamport) carriesTry(m Message) bool { return m.Kind == KindTry }
+
 func (l *lamport) describe() []Field {
 	fs := []Field{
 		{"clock", fmt.Sprint(l.clock)},

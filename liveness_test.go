@@ -45,7 +45,11 @@ func (b *bouncer) pass(out *output) {
 		out.send(Message{Kind: KindToken, From: b.id, To: 1 - b.id})
 	}
 }
-func (b *bouncer) hasToken() bool { return b.token }
+func (b *bouncer) hasToken() bool              { return b.token }
+func (b *bouncer) carriesToken(m Message) bool { return m.Kind == KindToken }
+
+var _ tokenHolder = (*bouncer)(nil)
+
 func (b *bouncer) clone() machine { c := *b; return &c }
 func (b *bouncer) appendState(s []byte) []byte {
 	return appendBool(appendBool(s, b.token), b.wanted)

@@ -159,13 +159,22 @@ type clockMachine interface {
 	// its request to the last delivery its messages cause: see
 	// World.stampGap.
 	entryEvents(n int) int
+	// carriesTry reports whether message m, in flight, belongs to a try
+	// whose delivery may still read what noTries lets appendStateIn
+	// leave out; the World asks it of every message in flight to decide
+	// noTries (World.triesOver).
+	carriesTry(m Message) bool
 }
 
 // tokenHolder is implemented by machines of token algorithms, so that the
-// simulator and model checker can count tokens: exactly one must exist,
-// held by a machine or in flight.
+// World can count tokens: exactly one must exist, held by a machine, in
+// flight or lost (World.checkTokens). hasToken reports whether the
+// machine holds it; carriesToken whether message m, sent by a machine of
+// its algorithm, carries it, which the World asks of every message it
+// sends, delivers or loses, so that it names no algorithm's kinds.
 type tokenHolder interface {
 	hasToken() bool
+	carriesToken(m Message) bool
 }
 
 // regenerator is implemented by token machines that can regenerate a lost
@@ -339,11 +348,19 @@ func describePeers(ids []int) string {
 }
 
 // coordinated is implemented by machines whose coordinator grants in the
-// order requests arrive there; coordinatorID names the coordinator, or is
-// -1 when the coordinator changes (centralized failover) and no order is
-// promised across the changes.
+// order requests arrive there, which the World checks at every entry
+// (World.enter). coordinatorID names the coordinator, or is -1 when the
+// coordinator changes (centralized failover) and no order is promised
+// across the changes. The coordinator's own requests and tries arrive
+// when it makes them; of a message m delivered to the coordinator,
+// requestArrives reports whether it is a request that arrives as it is
+// delivered, and tryGranted, asked after the step on m with what that
+// step sent, whether it is a try granted in that step, which arrives only
+// then (a try is never queued).
 type coordinated interface {
 	coordinatorID() int
+	requestArrives(m Message) bool
+	tryGranted(m Message, sent []Message) bool
 }
 
 // idleChecker is implemented by machines that can say what must hold of

@@ -265,6 +265,9 @@ func (r *raymond) idleViolation() string {
 
 func (r *raymond) hasToken() bool { return r.holder == r.id }
 
+// carriesToken: Raymond's token is the PRIVILEGE message.
+func (r *raymond) carriesToken(m Message) bool { return m.Kind == KindPrivilege }
+
 func (r *raymond) clone() machine {
 	c := *r
 	c.queue = append([]int(nil), r.queue...)

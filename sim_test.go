@@ -702,7 +702,11 @@ func (m *swallower) step(ev event, out *output) {
 		m.token = false
 	}
 }
-func (m *swallower) hasToken() bool              { return m.token }
+func (m *swallower) hasToken() bool            { return m.token }
+func (m *swallower) carriesToken(Message) bool { return false }
+
+var _ tokenHolder = (*swallower)(nil)
+
 func (m *swallower) clone() machine              { c := *m; return &c }
 func (m *swallower) appendState(b []byte) []byte { return appendBool(b, m.token) }
 

@@ -603,6 +603,9 @@ func (s *suzukiKasami) idleViolation() string {
 
 func (s *suzukiKasami) hasToken() bool { return s.token != nil }
 
+// carriesToken: the token travels as KindToken, with its queue and LN.
+func (s *suzukiKasami) carriesToken(m Message) bool { return m.Kind == KindToken }
+
 func (s *suzukiKasami) clone() machine {
 	c := *s
 	c.rn = append([]uint64(nil), s.rn...)

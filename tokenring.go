@@ -225,6 +225,10 @@ func (r *tokenRing) peerAt(hop uint64) int { return int(hop % uint64(r.n)) }
 
 func (r *tokenRing) hasToken() bool { return r.hold }
 
+// carriesToken: the token travels as KindToken, with its hop and idle
+// counts.
+func (r *tokenRing) carriesToken(m Message) bool { return m.Kind == KindToken }
+
 func (r *tokenRing) clone() machine {
 	c := *r
 	return &c

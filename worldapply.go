@@ -481,7 +481,7 @@ func (w *World) stepMachine(peer int, ev event) {
 
 // deliver hands e, just taken from the network, to its receiver.
 func (w *World) deliver(e envelope) {
-	if isTokenKind(e.m.Kind) {
+	if w.carriesToken(e.m) {
 		w.inFlight--
 	}
 	to := e.m.To
@@ -492,12 +492,12 @@ func (w *World) deliver(e envelope) {
 	if w.store != nil && e.m.Fence > w.store.fence[to] {
 		w.store.fence[to] = e.m.Fence
 	}
-	if w.order == orderCoordinator && e.m.Kind == KindRequest && to == w.coordinator() {
+	atCoordinator := w.order == orderCoordinator && to == w.coordinator()
+	if atCoordinator && w.ms[to].(coordinated).requestArrives(e.m) {
 		w.arrivals = append(slices.Clip(w.arrivals), e.m.From)
 	}
 	w.stepMachine(to, event{kind: evMessage, msg: e.m})
-	if w.order == orderCoordinator && e.m.Kind == KindTry && to == w.coordinator() &&
-		!slices.ContainsFunc(w.out.msgs, func(m Message) bool { return m.Kind == KindBusy }) {
+	if atCoordinator && w.ms[to].(coordinated).tryGranted(e.m, w.out.msgs) {
 		// A try is never queued: for the order, it arrives when granted.
 		w.arrivals = append(slices.Clip(w.arrivals), e.m.From)
 	}

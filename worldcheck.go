@@ -45,7 +45,7 @@ func (w *World) checkEpochs() error {
 	r := w.ms[0].(regenerator)
 	add := func(es []envelope) {
 		for _, e := range es {
-			if isTokenKind(e.m.Kind) {
+			if w.carriesToken(e.m) {
 				epochs = append(epochs, r.sentEpoch(e.m))
 			}
 		}

@@ -74,7 +74,7 @@ func (w *World) cut(from, to int) bool {
 
 // lose records that message e, sent and counted, is lost.
 func (w *World) lose(e envelope) {
-	if isTokenKind(e.m.Kind) {
+	if w.carriesToken(e.m) {
 		w.inFlight--
 		w.f.lostTokens++
 	}

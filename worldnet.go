@@ -107,7 +107,7 @@ func (w *World) send(peer int, m Message) {
 		m.Fence = w.store.fence[peer]
 	}
 	e := envelope{seq: w.seq, m: m}
-	if isTokenKind(m.Kind) {
+	if w.carriesToken(m) {
 		w.inFlight++
 	}
 	if w.trace {
@@ -137,8 +137,11 @@ func (w *World) send(peer int, m Message) {
 	}
 }
 
-// isTokenKind reports whether messages of kind k carry the token.
-func isTokenKind(k Kind) bool { return k == KindToken || k == KindPrivilege }
+// carriesToken reports whether m carries the token of a token algorithm,
+// as the machines of the world, which send and take it, tell.
+func (w *World) carriesToken(m Message) bool {
+	return w.tokens && w.ms[m.To].(tokenHolder).carriesToken(m)
+}
 
 // traced returns m with a private copy of its token, so that the record
 // keeps the token as it was sent.

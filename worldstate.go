@@ -207,23 +207,25 @@ func (w *World) stampGap() uint64 {
 }
 
 // triesOver reports whether no try will be made or delivered again: no
-// peer may still try, and no try is in flight. The encoding of the
-// budgets and of the messages in flight implies it.
+// peer may still try, and no message of a try is in flight, as the
+// machines tell (clockMachine.carriesTry). The encoding of the budgets and
+// of the messages in flight implies it.
 func (w *World) triesOver() bool {
 	for p := range w.peers {
 		if w.peers[p].tries != 0 && !w.isCrashed(p) {
 			return false
 		}
 	}
+	try := func(m Message) bool { return w.ms[m.To].(clockMachine).carriesTry(m) }
 	for _, q := range w.queues {
 		for _, e := range q {
-			if e.m.Kind == KindTry {
+			if try(e.m) {
 				return false
 			}
 		}
 	}
 	for _, e := range w.bag {
-		if e.m.Kind == KindTry {
+		if try(e.m) {
 			return false
 		}
 	}
