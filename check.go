@@ -792,7 +792,7 @@ func (c *checker) examine(cur *World, trs []Transition) ([]Transition, verdict, 
 			if crashed {
 				info.crashed |= 1 << uint(p%64)
 			}
-			if s.requested && !crashed {
+			if s.d.requested && !crashed {
 				info.waitAny |= 1 << uint(p%64)
 			}
 		}
@@ -804,7 +804,7 @@ func (c *checker) examine(cur *World, trs []Transition) ([]Transition, verdict, 
 		}
 		if !cur.faulted() || c.cc.Detector.Kind != DetectorNone {
 			for p, s := range cur.peers {
-				if s.requested && !cur.isCrashed(p) {
+				if s.d.requested && !cur.isCrashed(p) {
 					info.wait |= 1 << uint(p%64)
 				}
 			}

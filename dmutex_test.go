@@ -371,16 +371,15 @@ func TestAbandonAfterGrantAndClose(t *testing.T) {
 	w := waiterPool.Get().(*waiter)
 	p.mu.Lock()
 	p.waiters = append(p.waiters, w)
-	p.requested = true
-	entered := p.stepLocked(event{kind: evRequest})
-	require.True(t, entered)
-	p.admitLocked() // gives the critical section to w and signals it
+	p.d.waiting++                    // w waits, as request queues it
+	p.d.ask(p.host(), &p.out, false) // the machine enters: the driver gives the critical section to w and signals it
+	require.True(t, p.d.inside)
 	p.mu.Unlock()
 	require.NoError(t, p.Close())
 	require.ErrorIs(t, p.abandon(w, context.Canceled), context.Canceled)
 	p.mu.Lock()
-	assert.False(t, p.held, "the hold is dropped")
-	assert.Zero(t, p.holdFence)
+	assert.False(t, p.d.inside, "the hold is dropped")
+	assert.Zero(t, p.d.holdFence)
 	p.mu.Unlock()
 	assert.Zero(t, p.Stats().Entries, "no call returned nil")
 }

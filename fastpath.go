@@ -124,16 +124,16 @@ func (p *Peer) disarmLocked() {
 	}
 	f.localHold, f.probe = false, false
 	w := f.word.Swap(0)
-	p.fence = w >> fastShift
-	p.entries += p.fence - f.armFence
+	p.d.fence = w >> fastShift
+	p.d.entries += p.d.fence - f.armFence
 	if w&fastInside != 0 {
-		p.held = true // the caller inside now holds the machine's hold
-		p.holdFence = p.fence
+		p.d.inside = true // the caller inside now holds the machine's hold
+		p.d.holdFence = p.d.fence
 		return
 	}
 	if !p.closed {
 		// Replay the skipped release; it sends nothing (the probe showed).
-		p.releaseLocked()
+		p.d.leave(p.host(), &p.out)
 	}
 }
 
@@ -142,16 +142,16 @@ func (p *Peer) disarmLocked() {
 // probe shows a no-op round, arms the fast path with the caller inside.
 func (p *Peer) localEntryLocked() {
 	f := &p.fast
-	quiet := len(p.out.msgs) == 0
+	quiet := p.out.sent == 0
 	f.localHold = quiet
-	if quiet && f.probe && p.holdFence != 0 { // armed with no fence left, Fence would be wrong
+	if quiet && f.probe && p.d.holdFence != 0 { // armed with no fence left, Fence would be wrong
 		n0 := len(f.state)
 		f.state = p.m.appendState(f.state)
 		if bytes.Equal(f.state[:n0], f.state[n0:]) {
-			p.held = false // held through word from now on
-			p.holdFence = 0
-			f.armFence = p.fence
-			f.word.Store(p.fence<<fastShift | fastArmed | fastInside)
+			p.d.inside = false // held through word from now on
+			p.d.holdFence = 0
+			f.armFence = p.d.fence
+			f.word.Store(p.d.fence<<fastShift | fastArmed | fastInside)
 			f.backoff = 0
 		} else {
 			f.backoff = min(max(2*f.backoff, 1), maxBackoff)
@@ -174,7 +174,7 @@ func (p *Peer) releaseProbeLocked() {
 	if probing {
 		f.state = p.m.appendState(f.state[:0])
 	}
-	p.releaseLocked()
-	// With no waiter, the release was the last step: out holds its sends.
-	f.probe = probing && len(p.out.msgs) == 0
+	p.d.release(p.host(), &p.out)
+	// With no waiter, the release was the last step: out counts its sends.
+	f.probe = probing && p.out.sent == 0
 }

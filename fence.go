@@ -22,12 +22,13 @@ const MaxFenceFloor = MaxFence - FenceWindow
 // different floors; each hands out fences above the largest it has seen.
 //
 // A floor above MaxFenceFloor is an error wrapping ErrInvalidConfig, so
-// that the fences cannot run out. WithFenceFloor applies to clusters and
-// to NewPeer.
+// that the fences cannot run out. WithFenceFloor applies to clusters, to
+// NewPeer, and to a World, whose fenced store (CheckConfig.Fenced) sees
+// the fences the peers hand out.
 func WithFenceFloor(floor uint64) Option {
 	return Option{
 		name:  "WithFenceFloor",
-		where: forCluster | forPeer,
+		where: forCluster | forPeer | forWorld,
 		apply: func(c *config) error {
 			if floor > MaxFenceFloor {
 				return fmt.Errorf("%w: WithFenceFloor(%d): want at most %d (MaxFenceFloor), so that fences do not run out",

@@ -89,8 +89,16 @@ func TestFenceFloorOption(t *testing.T) {
 		require.ErrorIs(t, err, ErrInvalidConfig)
 		assert.Contains(t, err.Error(), fmt.Sprintf("WithFenceFloor(%d)", floor))
 	}
-	_, err := NewWorld(Centralized, 2, WithFenceFloor(7))
-	require.ErrorIs(t, err, ErrInvalidConfig)
+	// A World takes the floor too: its fenced store sees the fences the
+	// peers hand out.
+	ch, err := newChecker(CheckConfig{Algorithm: Centralized, N: 2, Fenced: true, Options: []Option{WithFenceFloor(7)}})
+	require.NoError(t, err)
+	w, err := ch.startWorld(false)
+	require.NoError(t, err)
+	require.NoError(t, w.Request(0)) // the coordinator enters at once
+	st, err := w.Apply(Transition{Kind: TransWrite, Peer: 0})
+	require.NoError(t, err)
+	assert.Equal(t, uint64(8), st.Fence, "the first hold's fence is above the floor")
 
 	c, err := New(SuzukiKasami, 2, WithFenceFloor(MaxFenceFloor))
 	require.NoError(t, err)

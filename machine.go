@@ -236,6 +236,7 @@ type output struct {
 	msgs    []Message
 	entered bool
 	refused bool // an outstanding try was refused: the machine is idle again
+	sent    int  // set by the driver: how many messages the step sent (msgs may have been let go)
 }
 
 func (o *output) reset() {
@@ -243,6 +244,7 @@ func (o *output) reset() {
 	o.msgs = o.msgs[:0]
 	o.entered = false
 	o.refused = false
+	o.sent = 0
 }
 
 func (o *output) send(m Message) { o.msgs = append(o.msgs, m) }

@@ -27,16 +27,12 @@ type Peer struct {
 
 	mu        sync.Mutex
 	m         machine
+	d         driver    // the local rules: callers, entries, fences, suspicions; see driver.go
 	out       output    // reused step output
-	held      bool      // a caller of Lock is in the critical section
-	requested bool      // the machine has a request outstanding
 	tryWaiter *waiter   // the caller of TryLockContext waiting for the try's answer, or nil; then waiters[0]
 	yielded   bool      // receive has yielded once for the outstanding request
-	waiters   []*waiter // callers blocked in Lock, oldest first
-	fence     uint64    // highest fencing token seen
-	holdFence uint64    // fencing token of the current hold
+	waiters   []*waiter // callers blocked in Lock or TryLock, oldest first: d.waiting of them, but for a caller entering on its own goroutine
 	closed    bool
-	entries   uint64
 	sent      [numKinds]uint64
 	delivered uint64   // messages stepped; with sent, tells tests when the network is quiet
 	refused   uint64   // messages dropped unstepped: malformed, or a fence beyond the bound
@@ -103,7 +99,7 @@ func isNil(v any) bool {
 }
 
 func startPeer(alg Algorithm, id, n int, m machine, tr Transport, cfg *config) *Peer {
-	p := &Peer{id: id, n: n, alg: alg, tr: tr, m: m, obs: cfg.observer, fence: cfg.fenceFloor, recovery: cfg.recovery}
+	p := &Peer{id: id, n: n, alg: alg, tr: tr, m: m, d: newDriver(id, n, cfg, true), obs: cfg.observer, recovery: cfg.recovery}
 	if r, ok := tr.(Reachability); ok && cfg.unreachableAfter > 0 {
 		p.reach = reach{
 			r:         r,
@@ -217,21 +213,18 @@ func (p *Peer) request(forever bool) (*waiter, <-chan struct{}, error) {
 		return nil, nil, ErrClosed
 	}
 	p.disarmLocked()
-	idle := !p.held && !p.requested && len(p.waiters) == 0
+	idle := p.d.idle()
 	if !forever {
 		if err := p.unreachableLocked(); err != nil && (!idle || !p.entersAtOnceLocked(evRequest)) {
 			return nil, nil, err
 		}
 	}
-	if idle {
-		// Fast path: a machine that can enter at once (an idle token
-		// holder, a lone peer) does so on this goroutine.
-		p.requested, p.yielded = true, false
-		if p.stepLocked(event{kind: evRequest}) {
-			p.takeLocked()
-			p.localEntryLocked()
-			return nil, nil, nil
-		}
+	p.d.request(p.host(), &p.out)
+	if idle && p.d.inside {
+		// A machine that can enter at once (an idle token holder, a lone
+		// peer) has done so on this goroutine, for this caller.
+		p.localEntryLocked()
+		return nil, nil, nil
 	}
 	var sus <-chan struct{}
 	if !forever {
@@ -306,22 +299,19 @@ func (p *Peer) try() (*waiter, <-chan struct{}, error) {
 		return nil, nil, ErrClosed
 	}
 	p.disarmLocked()
-	idle := !p.held && !p.requested && len(p.waiters) == 0
+	idle := p.d.idle()
 	if err := p.unreachableLocked(); err != nil && (!idle || !p.entersAtOnceLocked(evTry)) {
 		return nil, nil, err
 	}
-	if !idle {
+	if !p.d.try(p.host(), &p.out) {
 		return nil, nil, ErrLocked
 	}
-	p.requested, p.yielded = true, false
-	if p.stepLocked(event{kind: evTry}) {
-		p.takeLocked()
+	switch {
+	case p.d.inside:
 		p.localEntryLocked()
 		return nil, nil, nil
-	}
-	if p.out.refused {
-		p.requested = false
-		return nil, nil, ErrLocked
+	case !p.d.requested:
+		return nil, nil, ErrLocked // refused at once
 	}
 	w := waiterPool.Get().(*waiter)
 	p.waiters = append(p.waiters, w)
@@ -343,20 +333,22 @@ func (w *waiter) done() error {
 // critical section in the meantime, the caller holds it and abandon
 // returns nil, as DialContext returns a connection that completed, unless
 // the peer has been closed since: then the hold is dropped, and so is the
-// entry that admitLocked counted for it, so that Stats().Entries stays the
+// entry that the driver counted for it, so that Stats().Entries stays the
 // number of calls that returned nil. A request the machine already sent
 // stays outstanding; when it is granted with nobody waiting, the peer
-// leaves at once (see admitLocked).
+// leaves at once (see driver).
 func (p *Peer) abandon(w *waiter, err error) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if w == p.tryWaiter {
-		p.tryWaiter = nil // the try stays outstanding: see tryRefusedLocked and admitLocked
+	try := w == p.tryWaiter
+	if try {
+		p.tryWaiter = nil // the try stays outstanding: see driver
 	}
 	for i, x := range p.waiters {
 		if x == w {
 			p.waiters = append(p.waiters[:i], p.waiters[i+1:]...)
 			p.waiters[len(p.waiters) : len(p.waiters)+1][0] = nil
+			p.d.cancel(try)
 			waiterPool.Put(w)
 			return err
 		}
@@ -368,9 +360,9 @@ func (p *Peer) abandon(w *waiter, err error) error {
 		return closedErr // woken by Close, or a try refused: w holds nothing
 	}
 	if p.closed {
-		p.held = false
-		p.holdFence = 0
-		p.entries-- // counted by takeLocked for a caller that now fails
+		p.d.inside = false
+		p.d.holdFence = 0
+		p.d.entries-- // counted by the driver for a caller that now fails
 		return err
 	}
 	return nil
@@ -402,14 +394,15 @@ func (p *Peer) unlock() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.disarmLocked()
-	if !p.held {
+	if !p.d.inside {
 		panic("dmutex: unlock of unlocked mutex")
 	}
-	p.held = false
-	p.holdFence = 0
-	if !p.closed {
-		p.releaseProbeLocked()
+	if p.closed {
+		p.d.inside = false
+		p.d.holdFence = 0
+		return
 	}
+	p.releaseProbeLocked()
 }
 
 // Fence returns the fencing token of the current hold, or 0. Fences never
@@ -422,14 +415,14 @@ func (p *Peer) Fence() uint64 {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.holdFence
+	return p.d.holdFence
 }
 
 // Stats returns this peer's counts.
 func (p *Peer) Stats() Stats {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	s := Stats{Entries: p.entries + p.fastEntriesLocked(), Refused: p.refused}
+	s := Stats{Entries: p.d.entries + p.fastEntriesLocked(), Refused: p.refused}
 	for k, v := range p.sent {
 		if v != 0 {
 			if s.ByKind == nil {
@@ -527,47 +520,13 @@ func (p *Peer) deliver(m Message) (waiting bool) {
 		p.obs.Received(p.id, m.From, m.Kind)
 	}
 	p.interruptLocked() // a message ends any fast path and probe
-	p.fence = max(p.fence, m.Fence)
-	if p.stepLocked(event{kind: evMessage, msg: m}) {
-		p.admitLocked()
-	} else if p.out.refused {
-		p.tryRefusedLocked()
-	}
-	if p.requested && !p.yielded {
+	p.d.deliver(p.host(), &p.out, m)
+	if p.d.requested && !p.yielded {
 		p.yielded = true
 		return true
 	}
 	return false
 }
-
-// stepLocked applies ev to the machine, hands the resulting messages to the
-// transport, and reports whether the machine entered the critical section.
-func (p *Peer) stepLocked(ev event) bool {
-	p.out.reset()
-	p.m.step(ev, &p.out)
-	for i := range p.out.msgs {
-		m := &p.out.msgs[i]
-		m.Fence = p.fence
-		err := p.tr.Send(m.To, *m)
-		if err == nil {
-			p.sent[m.Kind]++
-		}
-		if p.obs != nil {
-			p.obs.Sent(p.id, m.To, m.Kind, err)
-		}
-	}
-	if cap(p.out.msgs) > maxKeptOutput {
-		// A broadcast at large n: do not keep n-1 messages alive until
-		// the next one. Small buffers stay, so small clusters step
-		// without allocating.
-		p.out.msgs = nil
-	}
-	return p.out.entered
-}
-
-// maxKeptOutput is the largest output capacity, in messages, a peer keeps
-// between steps.
-const maxKeptOutput = 64
 
 // MaxFence is the largest fencing token a peer hands out, and the largest
 // Message.Fence a peer accepts. No cluster reaches it by entering (at a
@@ -593,75 +552,67 @@ func (p *Peer) fenceLocked() uint64 {
 	if w := p.fast.word.Load(); w&fastArmed != 0 {
 		return w >> fastShift
 	}
-	return p.fence
+	return p.d.fence
 }
 
-// takeLocked records that the machine entered for a caller of Lock.
-func (p *Peer) takeLocked() {
-	if p.held {
-		panic(fmt.Sprintf("dmutex: %v peer %d entered while already inside", p.alg, p.id))
+// host returns p as the host of its driver.
+func (p *Peer) host() *peerHost { return (*peerHost)(p) }
+
+// peerHost is a Peer in its part as its driver's host: it hands the
+// machine's messages to the transport and wakes the callers the driver
+// lets in or refuses. Its methods run under the peer's mutex.
+type peerHost Peer
+
+func (h *peerHost) machine() machine { return h.m }
+
+func (h *peerHost) send(m Message) {
+	err := h.tr.Send(m.To, m)
+	if err == nil {
+		h.sent[m.Kind]++
 	}
-	p.requested = false
-	p.held = true
-	p.holdFence = p.entryFenceLocked()
-	p.entries++
+	if h.obs != nil {
+		h.obs.Sent(h.id, m.To, m.Kind, err)
+	}
 }
 
-// admitLocked hands the critical section, which the machine has just
-// entered, to the oldest waiting caller. If every caller gave up, the
-// peer leaves again at once, which completes the withdrawn request.
-func (p *Peer) admitLocked() {
-	if len(p.waiters) == 0 {
-		p.requested = false
-		p.entryFenceLocked() // an entry all the same: fences stay ordered with entries
-		p.releaseLocked()
+func (h *peerHost) asked(bool) { h.yielded = false }
+
+func (h *peerHost) left() {}
+
+// entered hands the critical section, which the machine has just entered
+// for the first waiting caller, to that caller's waiter. A caller that
+// entered on its own goroutine has none: request and try see the entry.
+func (h *peerHost) entered(forCaller bool) {
+	if !forCaller || len(h.waiters) == 0 {
 		return
 	}
 	// Shift the queue down rather than reslice it from the front, so that
 	// append reuses its array and a steady stream of callers allocates
 	// nothing; local queues are short.
-	w := p.waiters[0]
-	if w == p.tryWaiter {
-		p.tryWaiter = nil
+	w := h.waiters[0]
+	if w == h.tryWaiter {
+		h.tryWaiter = nil
 	}
-	copy(p.waiters, p.waiters[1:])
-	p.waiters[len(p.waiters)-1] = nil
-	p.waiters = p.waiters[:len(p.waiters)-1]
-	p.takeLocked()
+	copy(h.waiters, h.waiters[1:])
+	h.waiters[len(h.waiters)-1] = nil
+	h.waiters = h.waiters[:len(h.waiters)-1]
 	w.ch <- struct{}{} // buffered; never blocks
 }
 
-// tryRefusedLocked handles the refusal of the outstanding try: its caller,
-// if still waiting, gets ErrLocked, and callers of Lock that queued behind
-// it make the next request.
-func (p *Peer) tryRefusedLocked() {
-	p.requested = false
-	if w := p.tryWaiter; w != nil {
-		p.tryWaiter = nil
-		copy(p.waiters, p.waiters[1:]) // w is waiters[0]
-		p.waiters[len(p.waiters)-1] = nil
-		p.waiters = p.waiters[:len(p.waiters)-1]
-		w.err = ErrLocked
-		w.ch <- struct{}{} // buffered; never blocks
+// tryRefused gives ErrLocked to the try's caller, if it still waits.
+func (h *peerHost) tryRefused(callerWaits bool) {
+	w := h.tryWaiter
+	if !callerWaits || w == nil {
+		return // given up, or refused on the caller's own goroutine
 	}
-	if len(p.waiters) > 0 {
-		p.requested, p.yielded = true, false
-		if p.stepLocked(event{kind: evRequest}) {
-			p.admitLocked()
-		}
-	}
+	h.tryWaiter = nil
+	copy(h.waiters, h.waiters[1:]) // w is waiters[0]
+	h.waiters[len(h.waiters)-1] = nil
+	h.waiters = h.waiters[:len(h.waiters)-1]
+	w.err = ErrLocked
+	w.ch <- struct{}{} // buffered; never blocks
 }
 
-// releaseLocked tells the machine the peer left, then asks again for the
-// next waiting caller, if any.
-func (p *Peer) releaseLocked() {
-	if p.stepLocked(event{kind: evRelease}) {
-		panic(fmt.Sprintf("dmutex: %v peer %d entered on release", p.alg, p.id))
-	}
-	if len(p.waiters) > 0 {
-		p.requested, p.yielded = true, false
-		if p.stepLocked(event{kind: evRequest}) {
-			p.admitLocked()
-		}
-	}
+func (h *peerHost) broken(what string, _ bool) {
+	panic(fmt.Sprintf("dmutex: %v peer %d %s", h.alg, h.id, what))
 }

@@ -89,7 +89,6 @@ type reach struct {
 	stop  chan struct{} // closed by Close; set once
 
 	suspected []bool        // suspected[j]: j has been unreachable longer than after
-	epochDue  bool          // WithRecovery: a peer became suspected since the last entry
 	changed   chan struct{} // closed, and replaced, when a peer becomes suspected
 	needBuf   []int
 }
@@ -148,34 +147,20 @@ func (p *Peer) reassess() time.Duration {
 }
 
 // suspectLocked records that peer j is suspected to have failed, or
-// trusted again. Without WithRecovery it only ends the waits that need j.
-// With it, it steps the machine with the suspicion (evSuspect or evTrust,
-// from j), sends what the machine sends, and gives the critical section
-// to the oldest waiting caller if the machine entered; and the next entry
-// takes a fence of a new epoch (see entryFenceLocked).
+// trusted again, and tells the driver: without WithRecovery that only
+// ends the waits that need j; with it, the machine is stepped with the
+// suspicion, what it sends is sent, the critical section goes to the
+// oldest waiting caller if the machine entered, and the next entry takes
+// a fence of a new epoch (see driver.suspect).
 func (p *Peer) suspectLocked(j int, suspected bool) {
 	rc := &p.reach
 	rc.suspected[j] = suspected
-	if p.recovery {
-		if p.closed {
-			return
-		}
-		if suspected {
-			rc.epochDue = true
-		}
-		kind := evTrust
-		if suspected {
-			kind = evSuspect
-		}
-		p.interruptLocked() // the machine is about to change, as for a message
-		if p.stepLocked(event{kind: kind, msg: Message{From: j, To: p.id}}) {
-			p.admitLocked()
-		} else if p.out.refused {
-			p.tryRefusedLocked()
-		}
+	if p.closed {
 		return
 	}
-	if suspected {
+	p.interruptLocked() // the machine is stepped, as for a message
+	p.d.suspect(p.host(), &p.out, j, suspected)
+	if !p.recovery && suspected {
 		close(rc.changed)
 		rc.changed = make(chan struct{})
 	}
@@ -187,24 +172,6 @@ func (p *Peer) suspectLocked(j int, suspected bool) {
 // peer has seen and belongs to the peer (k-1 = id modulo n), so that no
 // two peers start the same epoch.
 const FenceEpoch = 1 << 32
-
-// entryFenceLocked takes the fencing token of an entry: the next one, or,
-// with WithRecovery, for the first entry since a peer became suspected
-// while it still is, the first of the next epoch. A crashed peer may have
-// entered with a fence that nobody heard of, one above the highest its
-// permissions carried; the epoch puts every later fence above it.
-func (p *Peer) entryFenceLocked() uint64 {
-	rc := &p.reach
-	due := rc.epochDue && slices.Contains(rc.suspected, true)
-	rc.epochDue = false
-	if p.fence >= MaxFence {
-		return 0
-	}
-	// Fences never wrap: once the fence has reached MaxFence, each later
-	// hold has none.
-	p.fence = entryFence(p.m, p.fence, due, p.id, p.n)
-	return p.fence
-}
 
 // entryFence returns the fencing token of an entry by peer id of n with
 // machine m, given fence, the highest the peer has seen (below MaxFence),

@@ -48,7 +48,7 @@ func TestRecoveryOptions(t *testing.T) {
 // without the option, at every size.
 func TestRecoverySameCounts(t *testing.T) {
 	requireRecoverySameCounts(t, RicartAgrawala, func(t *testing.T, p Locker) {
-		assert.Less(t, p.(*Peer).fence, uint64(FenceEpoch), "no suspicion, no new epoch")
+		assert.Less(t, p.(*Peer).d.fence, uint64(FenceEpoch), "no suspicion, no new epoch")
 	})
 }
 

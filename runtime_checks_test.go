@@ -247,7 +247,7 @@ func TestBrokenMachineEntriesPanic(t *testing.T) {
 	p, _ := scriptedPeer(t, newScripted()) // its machine enters on every request
 	p.Lock()
 	p.mu.Lock()
-	assert.Panics(t, p.takeLocked, "an entry while inside")
+	assert.Panics(t, func() { p.d.enter(p.host(), &p.out, evMessage) }, "an entry while inside")
 	p.mu.Unlock()
 	p.Unlock()
 	assert.Equal(t, uint64(1), p.Stats().Entries)

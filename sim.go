@@ -136,6 +136,7 @@ const (
 	EventRefused                        // the peer's try was refused
 	EventSuspect                        // the peer's failure detector starts suspecting Target
 	EventTrust                          // the peer's failure detector trusts Target again
+	EventCancel                         // a caller waiting at the peer gave up (World.Cancel)
 )
 
 var eventNames = [...]string{
@@ -152,11 +153,12 @@ var eventNames = [...]string{
 	EventRefused:   "refused",
 	EventSuspect:   "suspect",
 	EventTrust:     "trust",
+	EventCancel:    "cancel",
 }
 
 // String returns the kind's name, such as "receive".
 func (k EventKind) String() string {
-	if k >= EventRequest && k <= EventTrust {
+	if k >= EventRequest && k <= EventCancel {
 		return eventNames[k]
 	}
 	return fmt.Sprintf("EventKind(%d)", uint8(k))

@@ -17,7 +17,7 @@ import (
 func enterThenCrash(t *testing.T, s *Simulation, peer int) {
 	t.Helper()
 	require.NoError(t, s.Request(peer))
-	for !s.w.peers[peer].inside {
+	for !s.w.peers[peer].d.inside {
 		more, err := s.Step()
 		require.NoError(t, err)
 		require.True(t, more, "peer %d never entered", peer)
@@ -321,7 +321,7 @@ func TestSimulationFaultsBadInput(t *testing.T) {
 }
 
 func TestEventKindStringFaults(t *testing.T) {
-	for k, want := range map[EventKind]string{EventLost: "lost", EventCrash: "crash", EventPartition: "partition", EventHeal: "heal", EventTry: "try", EventRefused: "refused", EventSuspect: "suspect", EventTrust: "trust", EventTrust + 1: "EventKind(14)"} {
+	for k, want := range map[EventKind]string{EventLost: "lost", EventCrash: "crash", EventPartition: "partition", EventHeal: "heal", EventTry: "try", EventRefused: "refused", EventSuspect: "suspect", EventTrust: "trust", EventCancel: "cancel", EventCancel + 1: "EventKind(15)"} {
 		assert.Equal(t, want, k.String())
 	}
 }

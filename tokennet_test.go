@@ -49,8 +49,8 @@ func (nw *tokNet) inflight() []Message {
 	return ms
 }
 
-func (nw *tokNet) wanting(id int) bool { return nw.w.peers[id].requested }
-func (nw *tokNet) inside(id int) bool  { return nw.w.peers[id].inside }
+func (nw *tokNet) wanting(id int) bool { return nw.w.peers[id].d.requested }
+func (nw *tokNet) inside(id int) bool  { return nw.w.peers[id].d.inside }
 func (nw *tokNet) entries() int        { return int(nw.w.entries) }
 
 // sent returns the messages sent so far, by kind.

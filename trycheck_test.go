@@ -186,7 +186,7 @@ func tryWaitsForLeave(start *World) string {
 		w := work[len(work)-1]
 		work = work[:len(work)-1]
 		for j := range w.n {
-			if w.peers[j].trying {
+			if w.peers[j].d.trying {
 				if stuck := deliveriesStrand(w, j, key, answered); stuck != "" {
 					return fmt.Sprintf("peer %d's try waits for a leave: %s", j, stuck)
 				}
@@ -219,7 +219,7 @@ func deliveriesStrand(w *World, j int, key func(*World) string, answered map[str
 	for len(work) > 0 {
 		x := work[len(work)-1]
 		work = work[:len(work)-1]
-		if !x.peers[j].trying {
+		if !x.peers[j].d.trying {
 			continue
 		}
 		delivered := false
@@ -240,7 +240,7 @@ func deliveriesStrand(w *World, j int, key func(*World) string, answered map[str
 		if !delivered {
 			var inside []int
 			for p := range x.n {
-				if x.peers[p].inside {
+				if x.peers[p].d.inside {
 					inside = append(inside, p)
 				}
 			}

@@ -48,15 +48,15 @@ type World struct {
 	bag    []envelope
 	bagOwn bool
 
-	inside      []int  // peers inside, in order of entry
-	step        int    // scheduling steps taken
-	seq         uint64 // serial number of the last message sent
-	outstanding int    // requests made (by Request or a transition) and not yet completed by a leave
-	idle        int    // deliveries since the last entry or exit
-	refusedAt   int    // the step in which a try was last refused
-	enteredAt   int    // the step in which a machine last entered, allowed or not
-	enteredBy   int    // the peer whose machine entered then
-	err         error  // the first violation
+	inside    []int  // peers inside, in order of entry
+	step      int    // scheduling steps taken
+	seq       uint64 // serial number of the last message sent
+	idle      int    // deliveries since the last entry or exit
+	refusedAt int    // the step in which a try was last refused
+	enteredAt int    // the step in which a machine last entered, allowed or not
+	enteredBy int    // the peer whose machine entered then
+	err       error  // the first violation
+	hostPeer  int    // the peer whose driver runs now: see drive
 
 	tokens   bool // the machines implement tokenHolder
 	regen    bool // the machines regenerate tokens: at most one per epoch, not exactly one
@@ -95,15 +95,13 @@ type World struct {
 	spare []machine
 }
 
-// peerStatus is the runtime status of one peer, kept beside its machine
-// as a Peer keeps it beside its own.
+// peerStatus is what a World keeps of one peer beside its machine: the
+// driver, which a Peer keeps beside its own, and the budgets of the
+// transitions.
 type peerStatus struct {
-	budget    int  // requests the peer may still make as transitions
-	tries     int  // tries (TryLock) the peer may still make as transitions
-	trying    bool // with requested: the outstanding request is a try
-	pending   int  // Request calls queued locally, not yet given to the machine
-	requested bool // the machine has a request outstanding
-	inside    bool // in the critical section
+	budget int    // requests the peer may still make as transitions
+	tries  int    // tries (TryLock) the peer may still make as transitions
+	d      driver // the local rules around the machine
 }
 
 // orderRule is the order in which an algorithm promises to grant entries.
@@ -237,6 +235,7 @@ func newWorld(cfg *config, build func(id, n int) machine) (*World, error) {
 		w.own[i] = true
 		w.peers[i].budget = cfg.requests
 		w.peers[i].tries = cfg.tries
+		w.peers[i].d = newDriver(i, n, cfg, cfg.fenced)
 	}
 	w.classify()
 	if cfg.fenced {
@@ -414,11 +413,11 @@ func (w *World) spareFor(p int) machine {
 func (w *World) Peer(p int) PeerStatus {
 	s := w.peers[p]
 	return PeerStatus{
-		Waiting: s.requested,
-		Trying:  s.trying,
-		Inside:  s.inside,
+		Waiting: s.d.requested,
+		Trying:  s.d.trying,
+		Inside:  s.d.inside,
 		Crashed: w.isCrashed(p),
-		Pending: s.pending,
+		Pending: s.d.pending(),
 		Budget:  s.budget,
 		Tries:   s.tries,
 	}

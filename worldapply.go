@@ -160,11 +160,11 @@ func (w *World) appendTransitions(trs []Transition, faults bool) []Transition {
 		}
 		s := &w.peers[p]
 		switch {
-		case s.inside && w.store != nil && w.store.writes[p] < writesPerHold:
+		case s.d.inside && w.store != nil && w.store.writes[p] < writesPerHold:
 			trs = append(trs, Transition{Kind: TransWrite, Peer: p})
-		case s.inside:
+		case s.d.inside:
 			trs = append(trs, Transition{Kind: TransLeave, Peer: p})
-		case !s.requested:
+		case !s.d.requested:
 			if s.budget != 0 {
 				trs = append(trs, Transition{Kind: TransRequest, Peer: p})
 			}
@@ -193,7 +193,7 @@ func (w *World) appendTransitions(trs []Transition, faults bool) []Transition {
 	trs = w.appendDetector(trs, true)
 	if w.f.crashLeft > 0 {
 		for p := range w.n {
-			if !w.isCrashed(p) && (w.f.crashWho < 0 || w.f.crashWho == p) && (!w.f.crashIn || w.peers[p].inside) {
+			if !w.isCrashed(p) && (w.f.crashWho < 0 || w.f.crashWho == p) && (!w.f.crashIn || w.peers[p].d.inside) {
 				trs = append(trs, Transition{Kind: TransCrash, Peer: p})
 			}
 		}
@@ -306,18 +306,19 @@ func (w *World) apply(t Transition) (Step, error) {
 		if w.peers[t.Peer].budget > 0 {
 			w.peers[t.Peer].budget--
 		}
-		w.outstanding++
-		w.ask(t.Peer)
+		d, h := w.drive(t.Peer)
+		d.request(h, &w.out)
 	case TransLeave:
-		w.leave(t.Peer)
+		d, h := w.drive(t.Peer)
+		d.release(h, &w.out)
 	case TransDeliver:
 		w.deliver(w.take(t.Msg.From, t.Msg.To, t.Seq))
 	case TransTry:
 		if w.peers[t.Peer].tries > 0 {
 			w.peers[t.Peer].tries--
 		}
-		w.outstanding++
-		w.try(t.Peer)
+		d, h := w.drive(t.Peer)
+		d.try(h, &w.out)
 	case TransCrash:
 		w.f.crashLeft--
 		w.crash(t.Peer)
@@ -339,14 +340,13 @@ func (w *World) apply(t Transition) (Step, error) {
 		}
 		w.f.suspects |= 1 << uint(t.Peer*w.n+t.Target)
 		w.record(Event{Kind: EventSuspect, Peer: t.Peer, Target: t.Target})
-		if w.store != nil && w.cfg.recovery {
-			w.store.epochDue[t.Peer] = true
-		}
-		w.stepMachine(t.Peer, event{kind: evSuspect, msg: Message{From: t.Target, To: t.Peer}})
+		d, h := w.drive(t.Peer)
+		d.suspect(h, &w.out, t.Target, true)
 	case TransTrust:
 		w.f.suspects &^= 1 << uint(t.Peer*w.n+t.Target)
 		w.record(Event{Kind: EventTrust, Peer: t.Peer, Target: t.Target})
-		w.stepMachine(t.Peer, event{kind: evTrust, msg: Message{From: t.Target, To: t.Peer}})
+		d, h := w.drive(t.Peer)
+		d.suspect(h, &w.out, t.Target, false)
 	}
 	if w.err == nil {
 		w.err = w.checkTokens()
@@ -393,64 +393,111 @@ func (w *World) enabled(t Transition) bool {
 }
 
 // Request has peer ask for the critical section now, outside the
-// transitions: its machine sends its messages into the network, and
-// nothing is delivered yet. If the peer is already waiting or inside, the
-// request is queued at the peer and made when the peer leaves. A peer out
-// of range is an error wrapping ErrInvalidConfig, and so is a crashed one;
-// after a violation Request returns it.
+// transitions, as a caller of Lock does: its machine sends its messages
+// into the network, and nothing is delivered yet. If the peer is already
+// waiting or inside, the request is queued at the peer and made when the
+// peer leaves. A peer out of range is an error wrapping ErrInvalidConfig,
+// and so is a crashed one; after a violation Request returns it.
 func (w *World) Request(peer int) error {
-	if peer < 0 || peer >= w.n {
-		return fmt.Errorf("%w: request by peer %d out of range [0, %d)", ErrInvalidConfig, peer, w.n)
+	if err := w.local("request", peer); err != nil {
+		return err
 	}
-	if w.err != nil {
-		return w.err
-	}
-	if w.isCrashed(peer) {
-		return fmt.Errorf("%w: request by peer %d, which has crashed", ErrInvalidConfig, peer)
-	}
-	w.outstanding++
-	p := &w.peers[peer]
-	if p.requested || p.inside {
-		p.pending++
-		return nil
-	}
-	w.ask(peer)
+	d, h := w.drive(peer)
+	d.request(h, &w.out)
 	if w.err == nil {
 		w.err = w.checkTokens()
 	}
 	return w.err
 }
 
-// ask gives one request to peer's machine.
-func (w *World) ask(peer int) {
-	w.peers[peer].requested = true
-	w.record(Event{Kind: EventRequest, Peer: peer})
+// Try has peer try the critical section now, outside the transitions, as
+// a caller of TryLock does: the machine either lets the peer in or
+// refuses, in this call or when a later delivery answers. If another
+// caller of the peer is waiting or inside, Try returns ErrLocked and
+// changes nothing, as TryLock does. A peer out of range or crashed is an
+// error wrapping ErrInvalidConfig; after a violation Try returns it.
+func (w *World) Try(peer int) error {
+	if err := w.local("try", peer); err != nil {
+		return err
+	}
+	d, h := w.drive(peer)
+	if !d.try(h, &w.out) {
+		return ErrLocked
+	}
+	if w.err == nil {
+		w.err = w.checkTokens()
+	}
+	return w.err
+}
+
+// Cancel withdraws the newest caller waiting at peer, as a LockContext or
+// TryLockContext whose context ends: a request queued at the peer is
+// dropped; the one its machine has out stays outstanding, since a machine
+// cannot take a request back, and when it is granted with nobody left
+// waiting the peer enters and leaves at once. It is an error wrapping
+// ErrInvalidConfig if nobody waits at peer, or peer is out of range or
+// crashed.
+func (w *World) Cancel(peer int) error {
+	if err := w.local("cancel", peer); err != nil {
+		return err
+	}
+	d := &w.peers[peer].d
+	if d.waiting == 0 {
+		return fmt.Errorf("%w: cancel at peer %d, where nobody waits", ErrInvalidConfig, peer)
+	}
+	d.cancel(d.waiting == 1 && d.tryCaller)
+	w.record(Event{Kind: EventCancel, Peer: peer})
+	return nil
+}
+
+// local checks a local call (what) by peer made outside the transitions.
+func (w *World) local(what string, peer int) error {
+	if peer < 0 || peer >= w.n {
+		return fmt.Errorf("%w: %s by peer %d out of range [0, %d)", ErrInvalidConfig, what, peer, w.n)
+	}
+	if w.err != nil {
+		return w.err
+	}
+	if w.isCrashed(peer) {
+		return fmt.Errorf("%w: %s by peer %d, which has crashed", ErrInvalidConfig, what, peer)
+	}
+	return nil
+}
+
+func (w *World) coordinator() int { return w.ms[0].(coordinated).coordinatorID() }
+
+// drive returns peer's driver and its host, for one driver call.
+func (w *World) drive(peer int) (*driver, *worldHost) {
+	w.hostPeer = peer
+	return &w.peers[peer].d, (*worldHost)(w)
+}
+
+// worldHost is a World in its part as the host of the driver of peer
+// hostPeer: it puts what the driver does into the world, recording it
+// and checking the world's promises as it goes.
+type worldHost World
+
+func (h *worldHost) machine() machine {
+	h.acts++
+	return (*World)(h).machine(h.hostPeer)
+}
+
+func (h *worldHost) send(m Message) { (*World)(h).send(h.hostPeer, m) }
+
+func (h *worldHost) asked(try bool) {
+	w, peer := (*World)(h), h.hostPeer
+	kind := EventRequest
+	if try {
+		kind = EventTry
+	}
+	w.record(Event{Kind: kind, Peer: peer})
 	if w.order == orderCoordinator && peer == w.coordinator() {
 		w.arrivals = append(slices.Clip(w.arrivals), peer)
 	}
-	w.stepMachine(peer, event{kind: evRequest})
 }
 
-// try gives one try to peer's machine.
-func (w *World) try(peer int) {
-	w.peers[peer].requested = true
-	w.peers[peer].trying = true
-	w.record(Event{Kind: EventTry, Peer: peer})
-	if w.order == orderCoordinator && peer == w.coordinator() {
-		w.arrivals = append(slices.Clip(w.arrivals), peer)
-	}
-	w.stepMachine(peer, event{kind: evTry})
-}
-
-// refuse records that peer's machine refused its try.
-func (w *World) refuse(peer int) {
-	p := &w.peers[peer]
-	if !p.trying {
-		w.fail("peer %d refused a try it did not make", peer)
-		return
-	}
-	p.requested, p.trying = false, false
-	w.outstanding--
+func (h *worldHost) tryRefused(bool) {
+	w, peer := (*World)(h), h.hostPeer
 	w.idle = 0
 	w.refusedAt = w.step
 	w.record(Event{Kind: EventRefused, Peer: peer})
@@ -459,24 +506,19 @@ func (w *World) refuse(peer int) {
 	}
 }
 
-func (w *World) coordinator() int { return w.ms[0].(coordinated).coordinatorID() }
+func (h *worldHost) broken(what string, entry bool) {
+	w := (*World)(h)
+	if entry {
+		w.enteredAt, w.enteredBy = w.step, h.hostPeer
+	}
+	w.fail("peer %d %s", h.hostPeer, what)
+}
 
-// stepMachine steps peer's machine with ev and puts its output into
-// effect.
-func (w *World) stepMachine(peer int, ev event) {
-	w.acts++
-	m := w.machine(peer)
-	w.out.reset()
-	m.step(ev, &w.out)
-	for _, msg := range w.out.msgs {
-		w.send(peer, msg)
-	}
-	if w.out.entered {
-		w.enter(peer, ev.kind)
-	}
-	if w.out.refused {
-		w.refuse(peer)
-	}
+func (h *worldHost) left() {
+	w, peer := (*World)(h), h.hostPeer
+	w.inside = slices.DeleteFunc(w.inside, func(q int) bool { return q == peer })
+	w.idle = 0
+	w.record(Event{Kind: EventLeave, Peer: peer})
 }
 
 // deliver hands e, just taken from the network, to its receiver.
@@ -489,42 +531,35 @@ func (w *World) deliver(e envelope) {
 		w.record(Event{Kind: EventReceive, Peer: to, Seq: e.seq, Msg: traced(e.m)})
 	}
 	w.idle++
-	if w.store != nil && e.m.Fence > w.store.fence[to] {
-		w.store.fence[to] = e.m.Fence
-	}
 	atCoordinator := w.order == orderCoordinator && to == w.coordinator()
 	if atCoordinator && w.ms[to].(coordinated).requestArrives(e.m) {
 		w.arrivals = append(slices.Clip(w.arrivals), e.m.From)
 	}
-	w.stepMachine(to, event{kind: evMessage, msg: e.m})
+	d, h := w.drive(to)
+	d.deliver(h, &w.out, e.m)
 	if atCoordinator && w.ms[to].(coordinated).tryGranted(e.m, w.out.msgs) {
 		// A try is never queued: for the order, it arrives when granted.
 		w.arrivals = append(slices.Clip(w.arrivals), e.m.From)
 	}
-	if l := w.cfg.sim.livelock; l > 0 && w.err == nil && w.idle > l && w.outstanding > 0 {
+	if l := w.cfg.sim.livelock; l > 0 && w.err == nil && w.idle > l && w.outstanding() > 0 {
 		w.fail("livelock: %d deliveries without an entry or exit", w.idle)
 	}
 }
 
-func (w *World) enter(peer int, cause eventKind) {
+// entered puts an entry by the machine of peer hostPeer into the world,
+// checking it: at most one peer inside (with the fenced store, a second
+// holder is recorded and the run goes on, since the store is what must
+// stay safe), nobody inside who crashed there, and the order of entry the
+// machines promise. Without a caller waiting (forCaller unset), the peer
+// leaves at once, but the entry is checked all the same.
+func (h *worldHost) entered(forCaller bool) {
+	w, peer := (*World)(h), h.hostPeer
 	w.enteredAt, w.enteredBy = w.step, peer
-	p := &w.peers[peer]
 	switch {
-	case cause == evRelease:
-		w.fail("peer %d entered on leaving", peer)
-		return
-	case p.inside:
-		w.fail("peer %d entered while already inside", peer)
-		return
-	case !p.requested:
-		w.fail("peer %d entered without a request", peer)
-		return
 	case len(w.inside) > 0 && w.store == nil:
 		w.fail("peer %d entered while peer %d was inside", peer, w.inside[0])
 		return
 	case len(w.inside) > 0 && w.soft == nil:
-		// With the fenced store, the store is what must stay safe: the
-		// overlap is recorded, and the run goes on.
 		w.soft = fmt.Errorf("%w: step %d: peer %d entered while peer %d was inside", ErrViolation, w.step, peer, w.inside[0])
 	case len(w.f.deadInside) > 0:
 		w.fail("peer %d entered while peer %d, which crashed inside, never left", peer, w.f.deadInside[0])
@@ -551,36 +586,23 @@ func (w *World) enter(peer int, cause eventKind) {
 		}
 		w.arrivals = w.arrivals[1:]
 	}
-	p.requested, p.trying = false, false
-	p.inside = true
 	w.inside = append(w.inside, peer)
 	if s := w.store; s != nil {
-		if s.fence[peer] < MaxFence {
-			s.fence[peer] = entryFence(w.ms[peer], s.fence[peer], s.epochDue[peer] && w.suspectsAny(peer), peer, w.n)
-		}
-		s.epochDue[peer] = false
-		s.hold[peer] = s.fence[peer]
 		s.writes[peer] = 0
 		s.closed[peer] = false
 		if s.last == peer {
 			s.last = -1 // its last hold is over
 		}
 	}
-	w.entries++
+	if forCaller {
+		w.entries++
+	}
 	w.idle = 0
 	w.record(Event{Kind: EventEnter, Peer: peer})
 }
 
+// leave has peer, inside, leave the critical section.
 func (w *World) leave(peer int) {
-	w.inside = slices.DeleteFunc(w.inside, func(q int) bool { return q == peer })
-	p := &w.peers[peer]
-	p.inside = false
-	w.outstanding--
-	w.idle = 0
-	w.record(Event{Kind: EventLeave, Peer: peer})
-	w.stepMachine(peer, event{kind: evRelease})
-	if w.err == nil && p.pending > 0 {
-		p.pending--
-		w.ask(peer)
-	}
+	d, h := w.drive(peer)
+	d.release(h, &w.out)
 }

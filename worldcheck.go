@@ -73,7 +73,7 @@ func (w *World) quiet() bool {
 		return false
 	}
 	for p := range w.n {
-		if s := &w.peers[p]; !w.isCrashed(p) && !s.requested && s.budget != 0 {
+		if s := &w.peers[p]; !w.isCrashed(p) && !s.d.requested && s.budget != 0 {
 			return false
 		}
 	}
@@ -88,7 +88,7 @@ func (w *World) finalCheck() error {
 	if w.err != nil {
 		return w.err
 	}
-	if w.outstanding == 0 {
+	if w.outstanding() == 0 {
 		if w.faulted() || w.restChecked == w.acts+1 {
 			return nil
 		}
@@ -118,7 +118,7 @@ func (w *World) finalCheck() error {
 func (w *World) Waiting() []int {
 	var waiting []int
 	for i, p := range w.peers {
-		if !w.isCrashed(i) && (p.requested || p.pending > 0) {
+		if !w.isCrashed(i) && (p.d.requested || p.d.pending() > 0) {
 			waiting = append(waiting, i)
 		}
 	}
@@ -141,4 +141,25 @@ func (w *World) blocked(waiting []int) error {
 	}
 	return fmt.Errorf("%w: after step %d: peers %v wait forever (messages lost: %d, peers crashed: %v)",
 		ErrBlocked, w.step, waiting, w.f.lost, crashed)
+}
+
+// outstanding counts the requests made and not yet over, of peers that
+// have not crashed: each caller waiting or inside, and each request a
+// machine has out for a caller that gave up.
+func (w *World) outstanding() int {
+	k := 0
+	for p := range w.peers {
+		if w.isCrashed(p) {
+			continue
+		}
+		d := &w.peers[p].d
+		k += d.pending()
+		if d.requested {
+			k++
+		}
+		if d.inside {
+			k++
+		}
+	}
+	return k
 }

@@ -95,20 +95,15 @@ func (w *World) crash(peer int) {
 	w.f.armed = true
 	w.record(Event{Kind: EventCrash, Peer: peer})
 	p := &w.peers[peer]
-	if p.inside {
+	if p.d.inside {
 		w.inside = slices.DeleteFunc(w.inside, func(q int) bool { return q == peer })
 		if w.f.detector == 0 {
 			// With a failure detector, a peer that crashed inside has
 			// left: the survivors may enter once they suspect it.
 			w.f.deadInside = append(slices.Clip(w.f.deadInside), peer)
 		}
-		w.outstanding--
 	}
-	if p.requested {
-		w.outstanding--
-	}
-	w.outstanding -= p.pending
-	p.pending = 0
+	p.d.waiting -= p.d.pending() // the queued callers are gone
 	p.budget = 0
 	w.purge(func(from, to int) bool { return from == peer || to == peer })
 }

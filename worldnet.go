@@ -103,9 +103,6 @@ func (w *World) send(peer int, m Message) {
 	}
 	w.sent[m.Kind]++
 	w.seq++
-	if w.store != nil {
-		m.Fence = w.store.fence[peer]
-	}
 	e := envelope{seq: w.seq, m: m}
 	if w.carriesToken(m) {
 		w.inFlight++

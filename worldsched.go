@@ -122,7 +122,7 @@ func (w *World) isDue(t Transition) bool {
 		return slices.ContainsFunc(w.bag, func(e envelope) bool { return e.seq == t.Seq })
 	case TransLeave, TransWrite:
 		writing := w.store != nil && w.store.writes[p] < writesPerHold
-		return w.peers[p].inside && writing == (t.Kind == TransWrite)
+		return w.peers[p].d.inside && writing == (t.Kind == TransWrite)
 	case TransSuspect, TransTrust:
 		if w.f.detector == DetectorNone || q < 0 || q >= w.n || q == p {
 			return false
@@ -156,7 +156,7 @@ func (w *World) CheckAtRest() error {
 // Request or by a transition, queued at their peer or not) and not yet
 // ended by a leave or a refusal, a crash withdrawing those of the peer
 // that crashed.
-func (w *World) Outstanding() int { return w.outstanding }
+func (w *World) Outstanding() int { return w.outstanding() }
 
 // Idle returns how many deliveries the world has made since the last
 // entry, exit or refused try. A scheduler may take a large count with

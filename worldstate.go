@@ -30,10 +30,7 @@ func (w *World) appendState(b []byte, scratch *[][]byte, sbuf *[]byte, stamps *s
 		s := &w.peers[p]
 		b = appendInt(b, s.budget)
 		b = appendInt(b, s.tries)
-		b = appendBool(b, s.trying)
-		b = appendInt(b, s.pending)
-		b = appendBool(b, s.requested)
-		b = appendBool(b, s.inside)
+		b = s.d.appendState(b)
 		b = appendBool(b, w.isCrashed(p))
 	}
 	if w.queues != nil {
@@ -91,9 +88,6 @@ func (w *World) appendState(b []byte, scratch *[][]byte, sbuf *[]byte, stamps *s
 		b = appendInts(b, w.f.group)
 	}
 	if s := w.store; s != nil {
-		b = appendUints(b, s.fence)
-		b = appendBools(b, s.epochDue)
-		b = appendUints(b, s.hold)
 		b = appendInts(b, s.writes)
 		b = appendBools(b, s.closed)
 		b = appendUint(b, s.hi)
@@ -195,7 +189,7 @@ func (w *World) stampGap() uint64 {
 			return ^uint64(0)
 		}
 		entries += s.budget + s.tries
-		if s.requested || s.inside {
+		if s.d.requested || s.d.inside {
 			entries++
 		}
 	}

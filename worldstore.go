@@ -8,18 +8,16 @@ import (
 )
 
 // checkStore is the World's model of a resource that checks fences
-// (CheckConfig.Fenced): each peer's fence as the runtime keeps it, and a
-// store that accepts a write only if its fence is at least the highest it
-// has accepted. Its arrays are copied on write, as crashed is.
+// (CheckConfig.Fenced): a store that accepts a write only if its fence is
+// at least the highest it has accepted. The fences themselves are the
+// peers' drivers', as at runtime. Its arrays are copied on write, as
+// crashed is.
 type checkStore struct {
-	fence    []uint64 // fence[p]: highest fence peer p has seen or taken
-	epochDue []bool   // epochDue[p]: p began to suspect a peer since its last entry (WithRecovery)
-	hold     []uint64 // hold[p]: the fencing token of p's current hold
-	writes   []int    // writes[p]: writes p has made in its current hold
-	closed   []bool   // closed[p]: p's current hold wrote, and another hold wrote after it
-	hi       uint64   // highest fence accepted
-	last     int      // peer whose current hold made the last accepted write, or -1
-	broken   bool     // a write of a closed hold was accepted: fenced safety is lost
+	writes []int  // writes[p]: writes p has made in its current hold
+	closed []bool // closed[p]: p's current hold wrote, and another hold wrote after it
+	hi     uint64 // highest fence accepted
+	last   int    // peer whose current hold made the last accepted write, or -1
+	broken bool   // a write of a closed hold was accepted: fenced safety is lost
 }
 
 // writesPerHold is how many writes a holder makes before it may leave.
@@ -27,20 +25,14 @@ const writesPerHold = 2
 
 func newCheckStore(n int) *checkStore {
 	return &checkStore{
-		fence:    make([]uint64, n),
-		epochDue: make([]bool, n),
-		hold:     make([]uint64, n),
-		writes:   make([]int, n),
-		closed:   make([]bool, n),
-		last:     -1,
+		writes: make([]int, n),
+		closed: make([]bool, n),
+		last:   -1,
 	}
 }
 
 func (s *checkStore) clone() *checkStore {
 	c := *s
-	c.fence = slices.Clone(s.fence)
-	c.epochDue = slices.Clone(s.epochDue)
-	c.hold = slices.Clone(s.hold)
 	c.writes = slices.Clone(s.writes)
 	c.closed = slices.Clone(s.closed)
 	return &c
@@ -53,7 +45,7 @@ func (s *checkStore) clone() *checkStore {
 func (w *World) write(peer int) Step {
 	s := w.store
 	s.writes[peer]++
-	f := s.hold[peer]
+	f := w.peers[peer].d.holdFence
 	st := Step{Fence: f}
 	if f < s.hi || f == 0 {
 		return st

@@ -1,0 +1,308 @@
+package dmutex
+
+// A driver applies the local rules around one peer's machine, the rules
+// that are the same whoever runs the peer: the queue of local callers
+// (Lock and TryLock), the try and its refusal, entry and release, the
+// fencing token of each hold and its epochs, and suspicions. The runtime
+// (Peer) and the World each keep one driver per peer and call it for
+// every local call, delivery and suspicion; each adds only what is its
+// own: the runtime its mutex, waiters, goroutines and fast path, the
+// World its copy-on-write state and its checks. So a rule is written
+// once, and the checker explores exactly what runs. etcd-io/raft's
+// RawNode plays this part for every caller of its Step machine.
+//
+// A driver is a plain value with no pointers, so that a World copies it
+// with its peers. The machine and the step output are the caller's,
+// reached through a driverHost; the host also hears each thing the
+// driver does, in order (asked, send, entered, left, tryRefused), which is
+// where the runtime wakes its callers and the World checks its promises.
+//
+// The local callers form one FIFO queue: waiting counts them, the first
+// being the one the outstanding request (or try) is for. A caller may
+// give up (cancel) at any time. The machine's request stays outstanding
+// all the same, since the machine cannot take it back: when it is granted
+// the entry goes to the next caller still waiting or, if there is none,
+// the peer leaves at once. This keeps the machine's contract (evRequest
+// and evTry only when idle, evRelease only after an entry) whatever the
+// callers do.
+type driver struct {
+	id, n int
+
+	waiting   int  // local callers waiting to enter, the try's caller included
+	requested bool // the machine has a request or a try outstanding
+	trying    bool // with requested: it is a try
+	tryCaller bool // with trying: the try's caller still waits, first in line
+	inside    bool // a local caller holds the critical section
+
+	// Fences. fenced is set at runtime, and in a World with a fenced
+	// store (CheckConfig.Fenced): without one, a World leaves them out,
+	// since they would tell apart states that behave the same.
+	fenced    bool
+	recovery  bool   // WithRecovery: suspicions step the machine and start fence epochs
+	fence     uint64 // highest fencing token seen or taken
+	holdFence uint64 // the fencing token of the current hold, or 0
+	epochDue  bool   // WithRecovery: a peer became suspected since the last entry
+	suspects  int    // peers suspected now
+
+	entries uint64 // entries given to a local caller
+}
+
+// A driverHost is what a driver steps and tells: the runtime's Peer or a
+// World's peer.
+type driverHost interface {
+	// machine returns the machine to step, ready to be changed.
+	machine() machine
+	// send hands m, stamped with the peer's fence, to the network.
+	send(m Message)
+	// asked says that the machine is about to be given a request, or a
+	// try if try is set.
+	asked(try bool)
+	// entered says that the machine entered: for the first waiting
+	// caller, whose hold's fence is in holdFence, if forCaller is set;
+	// else for nobody, and the peer leaves at once.
+	entered(forCaller bool)
+	// left says that the machine is about to be told the peer left.
+	left()
+	// tryRefused says that the outstanding try was refused; callerWaits
+	// says its caller was still waiting, and is no longer.
+	tryRefused(callerWaits bool)
+	// broken says that the machine broke its contract, in words that
+	// follow "peer N ", in an entry if entry is set: the runtime panics,
+	// the World records a violation.
+	broken(what string, entry bool)
+}
+
+func newDriver(id, n int, cfg *config, fenced bool) driver {
+	return driver{id: id, n: n, fenced: fenced, recovery: cfg.recovery, fence: cfg.fenceFloor}
+}
+
+// idle reports whether no local caller is inside or waiting and the
+// machine has nothing outstanding.
+func (d *driver) idle() bool { return !d.requested && !d.inside && d.waiting == 0 }
+
+// busy reports whether the peer has a request that is not over: a caller
+// waiting or inside, or a request the machine still has out for a caller
+// that gave up.
+func (d *driver) busy() bool { return !d.idle() }
+
+// pending returns the callers queued behind the one the outstanding
+// request is for (behind the holder, while one is inside).
+func (d *driver) pending() int {
+	if d.requested && d.waiting > 0 {
+		return d.waiting - 1
+	}
+	return d.waiting
+}
+
+// request queues a local caller of Lock. If nothing is outstanding and
+// nobody is inside, the machine is asked at once, and the caller may be
+// let in within this call (entered, with forCaller).
+func (d *driver) request(h driverHost, out *output) {
+	d.waiting++
+	if d.requested || d.inside {
+		return
+	}
+	d.ask(h, out, false)
+}
+
+// try makes a local caller's try, if the peer is idle, and reports
+// whether it did; a try is never queued. The machine either lets the
+// caller in or refuses it, in this call or in a later one.
+func (d *driver) try(h driverHost, out *output) bool {
+	if !d.idle() {
+		return false
+	}
+	d.waiting++
+	d.ask(h, out, true)
+	return true
+}
+
+// cancel withdraws a waiting caller: the try's caller if try is set,
+// which must be waiting, else any caller of Lock. See driver for what
+// becomes of a request the machine has out.
+func (d *driver) cancel(try bool) {
+	d.waiting--
+	if try {
+		d.tryCaller = false
+	}
+}
+
+// release is a local caller leaving the critical section, which it
+// holds.
+func (d *driver) release(h driverHost, out *output) {
+	d.inside = false
+	d.holdFence = 0
+	d.leave(h, out)
+}
+
+// deliver steps the machine with m, which arrived from another peer,
+// after taking in its fence.
+func (d *driver) deliver(h driverHost, out *output, m Message) {
+	if d.fenced {
+		d.fence = max(d.fence, m.Fence)
+	}
+	d.step(h, out, event{kind: evMessage, msg: m})
+}
+
+// suspect records that the peer's failure detector suspects peer j, or
+// trusts it again; the caller reports only changes. The machine is told:
+// machines built with WithRecovery act on it, the others ignore it (the
+// runtime then only ends the waits that need j). With WithRecovery, the
+// next entry while a peer is suspected takes a fence of a new epoch (see
+// entryFence).
+func (d *driver) suspect(h driverHost, out *output, j int, suspected bool) {
+	kind := evTrust
+	if suspected {
+		kind = evSuspect
+		d.suspects++
+		d.epochDue = d.epochDue || d.recovery
+	} else {
+		d.suspects--
+	}
+	d.step(h, out, event{kind: kind, msg: Message{From: j, To: d.id}})
+}
+
+// ask gives the machine a request, or a try, for the first waiting
+// caller.
+func (d *driver) ask(h driverHost, out *output, try bool) {
+	d.requested, d.trying, d.tryCaller = true, try, try
+	h.asked(try)
+	if try {
+		d.step(h, out, event{kind: evTry})
+	} else {
+		d.step(h, out, event{kind: evRequest})
+	}
+}
+
+// leave tells the machine that the peer left, then asks again for the
+// next waiting caller, if any.
+func (d *driver) leave(h driverHost, out *output) {
+	h.left()
+	d.step(h, out, event{kind: evRelease})
+	d.next(h, out)
+}
+
+// next asks the machine again if a caller waits and nothing is
+// outstanding.
+func (d *driver) next(h driverHost, out *output) {
+	if d.waiting > 0 && !d.requested && !d.inside {
+		d.ask(h, out, false)
+	}
+}
+
+// step applies ev to the machine, hands what it sends to the host, and
+// then puts an entry or a refusal into effect.
+func (d *driver) step(h driverHost, out *output, ev event) {
+	out.reset()
+	h.machine().step(ev, out)
+	for i := range out.msgs {
+		m := &out.msgs[i]
+		if d.fenced {
+			m.Fence = d.fence
+		}
+		h.send(*m)
+	}
+	out.sent = len(out.msgs)
+	if cap(out.msgs) > maxKeptOutput {
+		// A broadcast at large n: do not keep n-1 messages alive until
+		// the next step. Small buffers stay, so small clusters step
+		// without allocating.
+		out.msgs = nil
+	}
+	entered, refused := out.entered, out.refused
+	switch {
+	case entered:
+		d.enter(h, out, ev.kind)
+	case refused:
+		d.refuse(h, out)
+	}
+}
+
+// maxKeptOutput is the largest output capacity, in messages, a driver's
+// caller keeps between steps.
+const maxKeptOutput = 64
+
+// enter puts into effect that the machine entered, in a step caused by
+// an event of kind cause.
+func (d *driver) enter(h driverHost, out *output, cause eventKind) {
+	switch {
+	case cause == evRelease:
+		h.broken("entered on leaving", true)
+		return
+	case d.inside:
+		h.broken("entered while already inside", true)
+		return
+	case !d.requested:
+		h.broken("entered without a request", true)
+		return
+	}
+	d.requested, d.trying = false, false
+	fence := d.takeFence(h.machine())
+	if d.waiting == 0 {
+		// Every caller gave up: an entry all the same, which takes a
+		// fence so that fences stay ordered with entries, and is left at
+		// once.
+		h.entered(false)
+		d.leave(h, out)
+		return
+	}
+	d.waiting--
+	d.tryCaller = false
+	d.inside = true
+	d.holdFence = fence
+	d.entries++
+	h.entered(true)
+}
+
+// refuse puts into effect that the machine refused the outstanding try:
+// its caller, if it still waits, is told, and callers of Lock that queued
+// behind it make the next request.
+func (d *driver) refuse(h driverHost, out *output) {
+	if !d.trying {
+		h.broken("refused a try it did not make", false)
+		return
+	}
+	d.requested, d.trying = false, false
+	callerWaits := d.tryCaller
+	if callerWaits {
+		d.tryCaller = false
+		d.waiting--
+	}
+	h.tryRefused(callerWaits)
+	d.next(h, out)
+}
+
+// takeFence takes the fencing token of an entry by machine m: the next
+// one, or, with WithRecovery, for the first entry since a peer became
+// suspected while one still is, the first of the next epoch. It is 0
+// once the fences have reached MaxFence (they never wrap), and without
+// fences.
+func (d *driver) takeFence(m machine) uint64 {
+	if !d.fenced {
+		return 0
+	}
+	due := d.epochDue && d.suspects > 0
+	d.epochDue = false
+	if d.fence >= MaxFence {
+		return 0
+	}
+	d.fence = entryFence(m, d.fence, due, d.id, d.n)
+	return d.fence
+}
+
+// appendState appends the driver's encoding for a World's state: what
+// the peer's future depends on. The fences are left out when not kept,
+// and the count of suspects, which the World's detector encodes, always.
+func (d *driver) appendState(b []byte) []byte {
+	b = appendInt(b, d.waiting)
+	b = appendBool(b, d.requested)
+	b = appendBool(b, d.trying)
+	b = appendBool(b, d.tryCaller)
+	b = appendBool(b, d.inside)
+	if d.fenced {
+		b = appendUint(b, d.fence)
+		b = appendUint(b, d.holdFence)
+		b = appendBool(b, d.epochDue)
+	}
+	return b
+}
