@@ -19,6 +19,7 @@ const (
 	Maekawa
 	SuzukiKasami
 	Raymond
+	RoucairolCarvalho
 	numAlgorithms
 )
 
@@ -36,13 +37,14 @@ type algorithmSpec struct {
 }
 
 var algorithms = [numAlgorithms]algorithmSpec{
-	Centralized:    {name: "centralized", build: newCentralized},
-	TokenRing:      {name: "token-ring", build: newTokenRing},
-	Lamport:        {name: "lamport", fifo: true, build: newLamport},
-	RicartAgrawala: {name: "ricart-agrawala", build: newRicart},
-	Maekawa:        {name: "maekawa", fifo: true, build: newMaekawa},
-	SuzukiKasami:   {name: "suzuki-kasami", build: newSuzukiKasami},
-	Raymond:        {name: "raymond", build: newRaymond},
+	Centralized:       {name: "centralized", build: newCentralized},
+	TokenRing:         {name: "token-ring", build: newTokenRing},
+	Lamport:           {name: "lamport", fifo: true, build: newLamport},
+	RicartAgrawala:    {name: "ricart-agrawala", build: newRicart},
+	Maekawa:           {name: "maekawa", fifo: true, build: newMaekawa},
+	SuzukiKasami:      {name: "suzuki-kasami", build: newSuzukiKasami},
+	Raymond:           {name: "raymond", build: newRaymond},
+	RoucairolCarvalho: {name: "roucairol-carvalho", build: newRoucairol},
 }
 
 // Algorithms returns every algorithm, in the order of the constants.

@@ -44,7 +44,7 @@ func TestSequentialCounts(t *testing.T) {
 						p.Unlock()
 						waitQuiet(t, c) // Lamport may enter before the last reply is sent
 						got := c.Stats().Sub(before)
-						want := tt.want(n, id)
+						want := tt.want(n, id, round)
 						if n == 1 {
 							want = map[string]uint64{}
 						}

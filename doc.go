@@ -26,14 +26,16 @@
 //	Lamport                    permission  3(n-1)                  FIFO          CACM 1978
 //	RicartAgrawala             permission  2(n-1)                  any           CACM 1981
 //	  WithImplicitReplies      permission  2(n-1); k(n-1)+k(k-1)/2+k(n-k) for k contenders
+//	RoucairolCarvalho          permission  0 to 2(n-1)             any           CACM 1983
 //	Maekawa                    permission  3(K-1), K ≤ 2⌈√n⌉-1     FIFO          ACM TOCS 1985
 //	SuzukiKasami               token       0 if held, else n       any           ACM TOCS 1985
 //	TokenRing                  token       1 hop at full load      any           -
 //	Raymond                    token       2 × tree distance       any           ACM TOCS 1989
 //
 // Each constructor's doc comment ([NewCentralized], [NewLamport],
-// [NewRicartAgrawala], [NewMaekawa], [NewSuzukiKasami], [NewTokenRing],
-// [NewRaymond], or [New] with an [Algorithm]) states its paper, channel
+// [NewRicartAgrawala], [NewRoucairolCarvalho], [NewMaekawa],
+// [NewSuzukiKasami], [NewTokenRing], [NewRaymond], or [New] with an
+// [Algorithm]) states its paper, channel
 // assumption, message cost, fairness and failure behaviour. [NewMaekawa]'s also
 // explains this project's repair of Maekawa's deadlock handling: the
 // paper's FAILED rule deadlocks with four peers on the grid sets (the
@@ -46,7 +48,10 @@
 // coordinator is a single point of failure: that is what a lock server is
 // (WithRecovery adds coordinator failover).
 // Ricart-Agrawala is the classic fully distributed algorithm; Lamport's
-// costs a third more but shows the replicated-queue idea. Maekawa trades
+// costs a third more but shows the replicated-queue idea;
+// Roucairol-Carvalho's keeps each permission until it is asked for again,
+// so a peer that enters again before anybody else asks pays nothing.
+// Maekawa trades
 // messages for smaller quorums: 2⌈√n⌉-1 peers at most on the grid, about
 // √n on a projective plane. Token algorithms cost nothing while the
 // token stays with one busy peer and pay to fetch it otherwise; Raymond's
@@ -193,6 +198,11 @@
 //	Raymond                     the holder crashes  never               never               never
 //	Raymond                     lost request        sometimes           sometimes           sometimes
 //	Raymond                     lost privilege      never               never               never
+//	Roucairol-Carvalho          P0 crashes, idle    crashed             never / sometimes   never / sometimes
+//	Roucairol-Carvalho          P2 crashes, idle    always              always              crashed
+//	Roucairol-Carvalho          the holder crashes  never               never               never
+//	Roucairol-Carvalho          lost request        sometimes           sometimes           sometimes
+//	Roucairol-Carvalho          lost reply          sometimes           sometimes           sometimes
 //
 // Partitions, four peers, one request each, the network split into
 // {0,1} and {2,3} once at any point, for good or healed at any later
@@ -215,6 +225,8 @@
 //	token ring          healed later  sometimes          sometimes
 //	Raymond             for good      sometimes          never
 //	Raymond             healed later  sometimes          always / sometimes
+//	Roucairol-Carvalho  for good      sometimes          never
+//	Roucairol-Carvalho  healed later  sometimes          always / sometimes
 //
 // Each cell is computed by TestDocTables, which fails when this table
 // differs from the code. [ChanNetwork] injects these faults into a

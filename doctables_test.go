@@ -57,6 +57,7 @@ func docAlgs() []docAlg {
 		{"Suzuki-Kasami", SuzukiKasami, nil, []Kind{KindRequest, KindToken}, false},
 		{"token ring", TokenRing, nil, []Kind{KindToken}, false},
 		{"Raymond", Raymond, nil, []Kind{KindRequest, KindPrivilege}, false},
+		{"Roucairol-Carvalho", RoucairolCarvalho, nil, []Kind{KindRequest, KindReply}, false},
 	}
 }
 

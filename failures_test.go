@@ -42,6 +42,8 @@ func TestRuntimeFailureCells(t *testing.T) {
 		{"Raymond | P2 crashes, idle", 1, crash(2)},
 		{"Raymond | P0 crashes, idle", 1, crash(0)},
 		{"token ring | P0 crashes, idle", 1, crash(0)},
+		{"Roucairol-Carvalho | P2 crashes, idle", 1, crash(2)}, // 2 starts with no permission
+		{"Roucairol-Carvalho | P0 crashes, idle", 1, crash(0)}, // 0 starts with every one
 	} {
 		t.Run(tt.row, func(t *testing.T) {
 			r, ok := rows[tt.row]

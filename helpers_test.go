@@ -187,10 +187,11 @@ func waitQuiet(t testing.TB, c *Cluster) {
 }
 
 // A closedForm is one variant's count of messages by kind for the
-// entry of peer id in a cluster of n.
+// entry of peer id in a cluster of n, in round round of entries by every
+// peer in turn (0, 1, ..., n-1, then again) from a fresh cluster.
 type closedForm struct {
 	v    variant
-	want func(n, id int) map[string]uint64
+	want func(n, id, round int) map[string]uint64
 }
 
 // closedForms gives, for the permission algorithms, the messages of one
@@ -198,19 +199,32 @@ type closedForm struct {
 // cluster of n. The runtime's and the simulator's count tests both check
 // against it.
 var closedForms = []closedForm{
-	{variant{name: "ricart-agrawala", alg: RicartAgrawala}, func(n, _ int) map[string]uint64 {
+	{variant{name: "ricart-agrawala", alg: RicartAgrawala}, func(n, _, _ int) map[string]uint64 {
 		return map[string]uint64{"request": uint64(n - 1), "reply": uint64(n - 1)}
 	}},
-	{variant{name: "ricart-agrawala-implicit", alg: RicartAgrawala, opts: []Option{WithImplicitReplies()}}, func(n, _ int) map[string]uint64 {
+	{variant{name: "ricart-agrawala-implicit", alg: RicartAgrawala, opts: []Option{WithImplicitReplies()}}, func(n, _, _ int) map[string]uint64 {
 		return map[string]uint64{"request": uint64(n - 1), "reply": uint64(n - 1)}
 	}},
-	{variant{name: "lamport", alg: Lamport}, func(n, _ int) map[string]uint64 {
+	{variant{name: "lamport", alg: Lamport}, func(n, _, _ int) map[string]uint64 {
 		return map[string]uint64{"request": uint64(n - 1), "reply": uint64(n - 1), "release": uint64(n - 1)}
 	}},
-	{variant{name: "centralized", alg: Centralized}, func(_, id int) map[string]uint64 {
+	{variant{name: "centralized", alg: Centralized}, func(_, id, _ int) map[string]uint64 {
 		if id == coordinator {
 			return map[string]uint64{}
 		}
 		return map[string]uint64{"request": 1, "grant": 1, "release": 1}
+	}},
+	{variant{name: "roucairol-carvalho", alg: RoucairolCarvalho}, func(n, id, round int) map[string]uint64 {
+		// A request and a reply for each permission elsewhere: in the
+		// first round, peer id lacks those of the peers before it, which
+		// start with them; after it, every other peer has taken its own.
+		lack := uint64(n - 1)
+		if round == 0 {
+			lack = uint64(id)
+		}
+		if lack == 0 {
+			return map[string]uint64{}
+		}
+		return map[string]uint64{"request": lack, "reply": lack}
 	}},
 }

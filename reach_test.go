@@ -27,6 +27,8 @@ func reachCase(v variant) (requester, crashed int) {
 	case Maekawa:
 		set := VotingSets(4)[1]
 		return 1, set[slices.IndexFunc(set, func(j int) bool { return j != 1 })]
+	case RoucairolCarvalho:
+		return 3, 0 // 3 starts with no permission, 0 with all
 	}
 	return 0, 3
 }

@@ -71,7 +71,7 @@ func requireRecoverySameCounts(t *testing.T, alg Algorithm, also func(*testing.T
 				waitQuiet(t, c)
 				got := c.Stats().Sub(before)
 				assert.Equal(t, uint64(1), got.Entries)
-				assert.Equal(t, form.want(n, id), nonNil(got.ByKind), "peer %d", id)
+				assert.Equal(t, form.want(n, id, 0), nonNil(got.ByKind), "peer %d", id)
 				if also != nil {
 					also(t, p)
 				}

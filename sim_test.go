@@ -143,6 +143,17 @@ func TestSimulationKContenders(t *testing.T) {
 		{variant{name: "lamport", alg: Lamport}, func(n, k int) map[string]uint64 {
 			return map[string]uint64{"request": uint64(k * (n - 1)), "reply": uint64(k * (n - 1)), "release": uint64(k * (n - 1))}
 		}},
+		{variant{name: "roucairol-carvalho", alg: RoucairolCarvalho}, func(_, k int) map[string]uint64 {
+			// From a fresh cluster: of each pair of contenders the lower
+			// id starts with the permission, enters first, and gives it
+			// to the higher one, which asked for it: one request and one
+			// reply per pair, none to or from the peers that do not ask.
+			m := uint64(k * (k - 1) / 2)
+			if m == 0 {
+				return map[string]uint64{}
+			}
+			return map[string]uint64{"request": m, "reply": m}
+		}},
 		{variant{name: "centralized", alg: Centralized}, func(_, k int) map[string]uint64 {
 			// The contenders are peers 0..k-1, and peer 0 is the coordinator.
 			if k <= 1 {
@@ -192,7 +203,7 @@ func TestSimulationSequentialCounts(t *testing.T) {
 							require.NoError(t, s.Request(id))
 							require.NoError(t, s.Run())
 							got := s.Stats().Sub(before)
-							want := tt.want(n, id)
+							want := tt.want(n, id, round)
 							if n == 1 {
 								want = map[string]uint64{}
 							}

@@ -110,6 +110,20 @@ var variantList = []Variant{
 		Options:  []Option{WithRecovery()},
 		wrap:     func(m machine) machine { return &cnNaiveFailover{m.(*centralized)} },
 	},
+	{
+		Name:      "roucairol-carvalho-keep-granted",
+		Algorithm: RoucairolCarvalho,
+		Teaches:   "Roucairol-Carvalho's peer keeps a permission only until it gives it away: one that still counts it after its reply re-enters without asking back while the peer it gave it to is inside.",
+		N:         2, Requests: 1, Network: NetworkFIFO,
+		wrap: func(m machine) machine { return &rcKeepGranted{m.(*roucairol)} },
+	},
+	{
+		Name:      "roucairol-carvalho-no-ask-back",
+		Algorithm: RoucairolCarvalho,
+		Teaches:   "A waiting Roucairol-Carvalho peer that gives a permission it held to an older request must ask for it back: its request went only to the peers whose permission it lacked, so without a new one it waits for ever.",
+		N:         3, Requests: 2, Network: NetworkFIFO,
+		wrap: func(m machine) machine { return &rcNoAskBack{m.(*roucairol)} },
+	},
 }
 
 // Variants returns every variant, in a fixed order. The slice is the
@@ -302,3 +316,34 @@ func (s *skNaiveRegeneration) step(ev event, out *output) {
 func (s *skNaiveRegeneration) clone() machine {
 	return &skNaiveRegeneration{s.suzukiKasami.clone().(*suzukiKasami)}
 }
+
+// Roucairol-Carvalho still counting a permission it gave away.
+type rcKeepGranted struct{ *roucairol }
+
+func (r *rcKeepGranted) step(ev event, out *output) {
+	n := len(out.msgs)
+	r.roucairol.step(ev, out)
+	for _, m := range out.msgs[n:] {
+		if m.Kind == KindReply && !r.perm[m.To] {
+			r.perm[m.To] = true
+			r.nperm++
+		}
+	}
+}
+
+func (r *rcKeepGranted) clone() machine { return &rcKeepGranted{r.roucairol.clone().(*roucairol)} }
+
+// Roucairol-Carvalho not asking back for a permission it gave to an
+// older request while it waits: the only requests it sends while handling
+// a message are those.
+type rcNoAskBack struct{ *roucairol }
+
+func (r *rcNoAskBack) step(ev event, out *output) {
+	n := len(out.msgs)
+	r.roucairol.step(ev, out)
+	if ev.kind == evMessage {
+		out.msgs = append(out.msgs[:n], slices.DeleteFunc(out.msgs[n:], func(m Message) bool { return m.Kind == KindRequest })...)
+	}
+}
+
+func (r *rcNoAskBack) clone() machine { return &rcNoAskBack{r.roucairol.clone().(*roucairol)} }

@@ -45,25 +45,27 @@ type theory struct {
 // theories and weaknesses are keyed by variant name. An algorithm missing
 // here is still measured, with "?" in its place.
 var theories = map[string]theory{
-	"centralized":     {"3, 0 at peer 0", func(n float64) float64 { return 3 * (n - 1) / n }, ""},
-	"token-ring":      {"N+1+d from rest; 1 at full load", nil, ""},
-	"lamport":         {"3(N-1)", func(n float64) float64 { return 3 * (n - 1) }, ""},
-	"ricart-agrawala": {"2(N-1)", func(n float64) float64 { return 2 * (n - 1) }, ""},
-	implicitName:      {"2(N-1)", func(n float64) float64 { return 2 * (n - 1) }, "; all ask: 1.5(N-1)"},
-	"maekawa":         {"3(K-1), K <= 2ceil(sqrt N)-1", nil, ""},
-	"suzuki-kasami":   {"N, 0 at the holder", func(n float64) float64 { return min(n, 2*(n-1)) }, ""},
-	"raymond":         {"2d, d = tree distance, O(log N)", nil, ""},
+	"centralized":        {"3, 0 at peer 0", func(n float64) float64 { return 3 * (n - 1) / n }, ""},
+	"token-ring":         {"N+1+d from rest; 1 at full load", nil, ""},
+	"lamport":            {"3(N-1)", func(n float64) float64 { return 3 * (n - 1) }, ""},
+	"ricart-agrawala":    {"2(N-1)", func(n float64) float64 { return 2 * (n - 1) }, ""},
+	implicitName:         {"2(N-1)", func(n float64) float64 { return 2 * (n - 1) }, "; all ask: 1.5(N-1)"},
+	"maekawa":            {"3(K-1), K <= 2ceil(sqrt N)-1", nil, ""},
+	"suzuki-kasami":      {"N, 0 at the holder", func(n float64) float64 { return min(n, 2*(n-1)) }, ""},
+	"raymond":            {"2d, d = tree distance, O(log N)", nil, ""},
+	"roucairol-carvalho": {"0 to 2(N-1), 2 per permission elsewhere", nil, ""},
 }
 
 var weaknesses = map[string]string{
-	"centralized":     "coordinator is a single point of failure",
-	"token-ring":      "a lost token or dead peer stops all",
-	"lamport":         "needs FIFO; any dead peer blocks all",
-	"ricart-agrawala": "any dead peer blocks all",
-	implicitName:      "any dead peer blocks all",
-	"maekawa":         "needs FIFO; a dead voter blocks its quorums",
-	"suzuki-kasami":   "a lost token stops all",
-	"raymond":         "a lost token or dead inner node stops all",
+	"centralized":        "coordinator is a single point of failure",
+	"token-ring":         "a lost token or dead peer stops all",
+	"lamport":            "needs FIFO; any dead peer blocks all",
+	"ricart-agrawala":    "any dead peer blocks all",
+	implicitName:         "any dead peer blocks all",
+	"maekawa":            "needs FIFO; a dead voter blocks its quorums",
+	"suzuki-kasami":      "a lost token stops all",
+	"raymond":            "a lost token or dead inner node stops all",
+	"roucairol-carvalho": "a dead peer blocks all who need its permission",
 }
 
 // measure runs every variant at every size under every load and returns
