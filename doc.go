@@ -55,10 +55,13 @@
 // messages for smaller quorums: 2⌈√n⌉-1 peers at most on the grid, about
 // √n on a projective plane. Token algorithms cost nothing while the
 // token stays with one busy peer and pay to fetch it otherwise; Raymond's
-// tree makes fetching O(log n). None of them tolerates a crash: they
-// assume reliable peers and channels, and each blocks when a peer or a
-// message is lost; none then lets two peers in, except Lamport's after a
-// lost request, which a healed partition can cause too (see Failures). See each constructor.
+// tree makes fetching O(log n). Without [WithRecovery] none of them
+// tolerates a crash: they assume reliable peers and channels, and each
+// blocks when a peer or a message is lost; none then lets two peers in,
+// except Lamport's after a lost request, which a healed partition can
+// cause too (see Failures). With WithRecovery, Ricart-Agrawala,
+// Suzuki-Kasami and the centralized algorithm go on without a crashed
+// peer (see Lost peers). See each constructor.
 //
 // # Architecture
 //
@@ -126,121 +129,24 @@
 // papers do; none resends a message. What each does when that fails is
 // computed by the model checker: the fault is injected at every point of
 // every interleaving, and the explored graph decides, for each surviving
-// peer, whether its request is served. Always: from every state after
-// the fault in which the peer waits, every fair run (every message in
-// flight is delivered, a peer inside leaves) lets it in. Never: from no
-// such state does any run let it in. Sometimes: otherwise. The first
-// word is for a request made after the fault; when it differs, the
-// second is for every request waiting after it, one already out when it
-// struck included. A holder that crashes never leaves, so no peer may
-// enter after it; unsafe means two peers were found inside, a dash that
-// no run makes such a request, and "not sent" that no run of that size
-// sends a message of that kind. The rows "+ recovery" run with
-// WithRecovery and a perfect failure detector: there a crashed holder has
-// left once it is suspected, and every survivor enters again.
+// peer, whether its request is served always, sometimes or never. The
+// failure and partition tables, generated and compared by TestDocTables,
+// are on https://github.com/dmutex/dmutex/blob/main/docs/failures.md; what
+// the checker explores and finds, crash recovery included, is on
+// https://github.com/dmutex/dmutex/blob/main/docs/checking.md.
 //
-// Crashes and lost messages, with three peers, peer 0 the coordinator or
-// first token holder, an idle peer making no request and the others one
-// request each (the failure table):
-//
-//	algorithm                   fault               P0                  P1                  P2
-//	centralized                 P0 crashes, idle    crashed             never               never
-//	centralized                 P2 crashes, idle    always              always              crashed
-//	centralized                 the holder crashes  never               never               never
-//	centralized                 lost request        always              always / sometimes  always / sometimes
-//	centralized                 lost grant          never               never               never
-//	centralized                 lost release        never               never               never
-//	centralized + recovery      P0 crashes, idle    crashed             always              always
-//	centralized + recovery      P2 crashes, idle    always              always              crashed
-//	centralized + recovery      the holder crashes  always              always              always
-//	Lamport                     P0 crashes, idle    crashed             never / sometimes   never / sometimes
-//	Lamport                     P2 crashes, idle    never / sometimes   never / sometimes   crashed
-//	Lamport                     the holder crashes  never               never               never
-//	Lamport                     lost request        unsafe              unsafe              unsafe
-//	Lamport                     lost reply          sometimes           sometimes           sometimes
-//	Lamport                     lost release        sometimes           sometimes           sometimes
-//	Ricart-Agrawala             P0 crashes, idle    crashed             never / sometimes   never / sometimes
-//	Ricart-Agrawala             P2 crashes, idle    never / sometimes   never / sometimes   crashed
-//	Ricart-Agrawala             the holder crashes  never               never               never
-//	Ricart-Agrawala             lost request        sometimes           sometimes           sometimes
-//	Ricart-Agrawala             lost reply          sometimes           sometimes           never / sometimes
-//	… implicit replies          P0 crashes, idle    crashed             never / sometimes   never / sometimes
-//	… implicit replies          P2 crashes, idle    never / sometimes   never / sometimes   crashed
-//	… implicit replies          the holder crashes  never               never               never
-//	… implicit replies          lost request        sometimes           sometimes           sometimes
-//	… implicit replies          lost reply          sometimes           sometimes           sometimes
-//	Ricart-Agrawala + recovery  P0 crashes, idle    crashed             always              always
-//	Ricart-Agrawala + recovery  P2 crashes, idle    always              always              crashed
-//	Ricart-Agrawala + recovery  the holder crashes  always              always              always
-//	Maekawa                     P0 crashes, idle    crashed             never               never
-//	Maekawa                     P2 crashes, idle    never / sometimes   sometimes           crashed
-//	Maekawa                     the holder crashes  never               never               never
-//	Maekawa                     lost request        never / sometimes   sometimes           sometimes
-//	Maekawa                     lost locked         never               sometimes           sometimes
-//	Maekawa                     lost inquire        always              — / always          — / always
-//	Maekawa                     lost failed         always / sometimes  sometimes           sometimes
-//	Maekawa                     lost relinquish     not sent            not sent            not sent
-//	Maekawa                     lost release        never               sometimes           sometimes
-//	Suzuki-Kasami               P0 crashes, idle    crashed             sometimes           sometimes
-//	Suzuki-Kasami               P2 crashes, idle    always              always              crashed
-//	Suzuki-Kasami               the holder crashes  never               never               never
-//	Suzuki-Kasami               lost request        always / sometimes  always / sometimes  always / sometimes
-//	Suzuki-Kasami               lost token          never               never               never
-//	Suzuki-Kasami + recovery    P0 crashes, idle    crashed             always              always
-//	Suzuki-Kasami + recovery    P2 crashes, idle    always              always              crashed
-//	Suzuki-Kasami + recovery    the holder crashes  always              always              always
-//	token ring                  P0 crashes, idle    crashed             never               sometimes
-//	token ring                  P2 crashes, idle    sometimes           sometimes           crashed
-//	token ring                  the holder crashes  never               never               never
-//	token ring                  lost token          never               never               never
-//	Raymond                     P0 crashes, idle    crashed             never               never
-//	Raymond                     P2 crashes, idle    always              always              crashed
-//	Raymond                     the holder crashes  never               never               never
-//	Raymond                     lost request        sometimes           sometimes           sometimes
-//	Raymond                     lost privilege      never               never               never
-//	Roucairol-Carvalho          P0 crashes, idle    crashed             never / sometimes   never / sometimes
-//	Roucairol-Carvalho          P2 crashes, idle    always              always              crashed
-//	Roucairol-Carvalho          the holder crashes  never               never               never
-//	Roucairol-Carvalho          lost request        sometimes           sometimes           sometimes
-//	Roucairol-Carvalho          lost reply          sometimes           sometimes           sometimes
-//
-// Partitions, four peers, one request each, the network split into
-// {0,1} and {2,3} once at any point, for good or healed at any later
-// point, the requests waiting after the heal judged (the partition table):
-//
-//	algorithm           fault         P0                 P2
-//	centralized         for good      sometimes          never
-//	centralized         healed later  sometimes          always / sometimes
-//	Lamport             for good      never / sometimes  never / sometimes
-//	Lamport             healed later  unsafe             unsafe
-//	Ricart-Agrawala     for good      never / sometimes  never / sometimes
-//	Ricart-Agrawala     healed later  sometimes          sometimes
-//	… implicit replies  for good      never / sometimes  never / sometimes
-//	… implicit replies  healed later  sometimes          sometimes
-//	Maekawa             for good      never / sometimes  never / sometimes
-//	Maekawa             healed later  sometimes          sometimes
-//	Suzuki-Kasami       for good      sometimes          never
-//	Suzuki-Kasami       healed later  sometimes          always / sometimes
-//	token ring          for good      sometimes          never
-//	token ring          healed later  sometimes          sometimes
-//	Raymond             for good      sometimes          never
-//	Raymond             healed later  sometimes          always / sometimes
-//	Roucairol-Carvalho  for good      sometimes          never
-//	Roucairol-Carvalho  healed later  sometimes          always / sometimes
-//
-// Each cell is computed by TestDocTables, which fails when this table
-// differs from the code. [ChanNetwork] injects these faults into a
-// running cluster ([ChanNetwork.Crash], [ChanNetwork.Partition],
-// [ChanNetwork.Heal], [ChanNetwork.DropNext], and delay, reordering and
-// loss through [ChanNetwork.SetFaults] or [WithFaults]), and a
-// [Simulation] into a simulated one; a simulated run that a fault leaves
-// stuck ends with an error wrapping [ErrBlocked] that names the peers
-// waiting forever.
+// [ChanNetwork] injects these faults into a running cluster
+// ([ChanNetwork.Crash], [ChanNetwork.Partition], [ChanNetwork.Heal],
+// [ChanNetwork.DropNext], and delay, reordering and loss through
+// [ChanNetwork.SetFaults] or [WithFaults]), and a [Simulation] into a
+// simulated one; a simulated run that a fault leaves stuck ends with an
+// error wrapping [ErrBlocked] that names the peers waiting forever.
 // Blocking is what LockContext's deadline is for: it returns ctx.Err()
-// and leaves the peer usable once the fault is repaired. The unsafe rows
-// are Lamport's lost request and its healed partition, which loses
-// requests too: its entry rule takes a later message from a peer to mean
-// that no older request of that peer is on its way.
+// and leaves the peer usable once the fault is repaired. Without
+// recovery, only Lamport's algorithm lets two peers in, after a lost
+// request or a healed partition, which loses requests too: its entry
+// rule takes a later message from a peer to mean that no older request
+// of that peer is on its way.
 //
 // # Fencing
 //

@@ -128,7 +128,7 @@ diameter: %d messages at N = %d on the default tree, whose depth is %d
 and diameter %d. A token ring entry from rest costs one wake, the d hops
 from the resting peer to the requester and the idle lap of N hops after
 the release, N+1+d in all (%d to %d at N = %d); an entry that finds the
-lap still going costs less, so the ring's *alone* count above is a
+lap still going costs less, so the ring's *alone* count of the report is a
 measured mean that depends on timing, not a closed form.
 `, d.maekawaFrom, d.maekawaUpTo, list(d.maekawaEqual), list(d.maekawaMore), d.raymondMost, d.raymondN,
 		d.raymondDepth, d.raymondDiameter, d.ringWakeLo, d.ringWakeHi, d.ringN)

@@ -9,7 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// The README's table of model-checking state counts ("Checked in every
+// docs/checking.md's table of model-checking state counts ("Checked in every
 // delivery order"): one row per algorithm, a cell per configuration of
 // checkCases with n = 3, each "states (max overtakes)". TestDocTables
 // -update writes it from Check; TestModelCheck compares every case it
@@ -53,7 +53,7 @@ func commas(n int) string {
 	return s
 }
 
-// readStateTable parses the README's state table: row name, column, cell.
+// readStateTable parses docs/checking.md's state table: row name, column, cell.
 func readStateTable(t testing.TB, text string) map[string][]string {
 	_, body, _ := section(t, text, "<!-- BEGIN state-table -->\n", "<!-- END state-table -->")
 	rows := map[string][]string{}
@@ -111,15 +111,15 @@ func stateTable(t testing.TB, old map[string][]string) string {
 	return b.String()
 }
 
-// checkStateCell fails t when the README's cell for cc differs from res.
+// checkStateCell fails t when docs/checking.md's cell for cc differs from res.
 func checkStateCell(t *testing.T, cc checkCase, res CheckResult) {
 	if cc.n != 3 || cc.requests > 2 {
 		return
 	}
-	b, err := os.ReadFile("README.md")
+	b, err := os.ReadFile(checkingPage)
 	require.NoError(t, err)
 	row := readStateTable(t, string(b))[stateRowName(cc.v)]
-	require.Greater(t, len(row), stateCol(cc), "README's state table has no cell for %s; run\n\t%s", cc.name(), docUpdateCommand)
+	require.Greater(t, len(row), stateCol(cc), "%s's state table has no cell for %s; run\n\t%s", checkingPage, cc.name(), docUpdateCommand)
 	want := row[stateCol(cc)]
 	if strings.Contains(want, "`") {
 		return // a case the table does not count
@@ -128,10 +128,10 @@ func checkStateCell(t *testing.T, cc checkCase, res CheckResult) {
 	if !res.Liveness { // only the state count was computed
 		want, _, _ = strings.Cut(want, " (")
 	}
-	require.Equal(t, want, have, "README's state table, %s; run\n\t%s", cc.name(), docUpdateCommand)
+	require.Equal(t, want, have, "%s's state table, %s; run\n\t%s", checkingPage, cc.name(), docUpdateCommand)
 }
 
-// The README's table of bounded waiting with four peers
+// docs/checking.md's table of bounded waiting with four peers
 // ("overtakes-n4"): one row per algorithm, a cell per number of requests
 // (1 or 2, FIFO), each "max overtakes (states)", from the checkCases with
 // n = 4. TestDocTables -update writes it (the big cases only with
@@ -158,7 +158,7 @@ func overtakeCell(res CheckResult) string {
 	return fmt.Sprintf("%d (%s states)", res.MaxOvertakes, commas(res.States))
 }
 
-// readOvertakeTable parses the README's table: row name to cells.
+// readOvertakeTable parses docs/checking.md's table: row name to cells.
 func readOvertakeTable(t testing.TB, text string) map[string][]string {
 	_, body, _ := section(t, text, "<!-- BEGIN overtakes-n4 -->\n", "<!-- END overtakes-n4 -->")
 	rows := map[string][]string{}
@@ -201,15 +201,15 @@ func overtakeTable(t testing.TB, old map[string][]string, big bool) string {
 	return b.String()
 }
 
-// checkOvertakeCell fails t when the README's cell for cc differs from
+// checkOvertakeCell fails t when docs/checking.md's cell for cc differs from
 // res.
 func checkOvertakeCell(t *testing.T, cc checkCase, res CheckResult) {
 	if cc.n != 4 || cc.net != NetworkFIFO || cc.requests > 2 || !res.Liveness {
 		return
 	}
-	b, err := os.ReadFile("README.md")
+	b, err := os.ReadFile(checkingPage)
 	require.NoError(t, err)
 	row := readOvertakeTable(t, string(b))[stateRowName(cc.v)]
-	require.Greater(t, len(row), cc.requests-1, "README's overtakes-n4 table has no cell for %s; run\n\t%s", cc.name(), docUpdateCommand)
-	require.Equal(t, row[cc.requests-1], overtakeCell(res), "README's overtakes-n4 table, %s; run\n\t%s", cc.name(), docUpdateCommand)
+	require.Greater(t, len(row), cc.requests-1, "%s's overtakes-n4 table has no cell for %s; run\n\t%s", checkingPage, cc.name(), docUpdateCommand)
+	require.Equal(t, row[cc.requests-1], overtakeCell(res), "%s's overtakes-n4 table, %s; run\n\t%s", checkingPage, cc.name(), docUpdateCommand)
 }

@@ -13,10 +13,18 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-var updateDocs = flag.Bool("update", false, "rewrite the generated tables of README.md and doc.go (with -dmutex.big for every row)")
+var updateDocs = flag.Bool("update", false, "rewrite the generated tables of docs/failures.md, docs/checking.md and docs/benchmarks.md (with -dmutex.big for every row)")
 
 // docUpdateCommand regenerates every generated table.
 const docUpdateCommand = "go test -run TestDocTables -update -dmutex.big ."
+
+// The pages under docs/ that hold the generated tables the README links
+// to.
+const (
+	failuresPage   = "docs/failures.md"   // the failure and partition tables
+	checkingPage   = "docs/checking.md"   // state counts, overtakes, the Maekawa trace, crash recovery
+	benchmarksPage = "docs/benchmarks.md" // the cost notes
+)
 
 // A docAlg is one row group of the generated tables: an algorithm and its
 // options.
@@ -294,16 +302,7 @@ func firstDiff(a, b string) string {
 	return fmt.Sprintf("lengths differ: %d and %d lines", len(al), len(bl))
 }
 
-// goComment turns text into doc-comment lines, indented as a code block.
-func goComment(text string) string {
-	var b strings.Builder
-	for _, line := range strings.Split(strings.TrimRight(text, "\n"), "\n") {
-		b.WriteString("//\t" + strings.TrimRight(line, " ") + "\n")
-	}
-	return b.String()
-}
-
-// TestDocTables computes the generated tables of README.md and doc.go
+// TestDocTables computes the generated tables of the pages under docs/
 // and fails when the files differ; -update rewrites them. Without
 // -dmutex.big, the rows marked big (Lamport's, and the partitions of the
 // algorithms whose n = 4 spaces are large) are kept as they are.
@@ -311,41 +310,39 @@ func TestDocTables(t *testing.T) {
 	if testing.Short() {
 		t.Skip("model checks; not in -short")
 	}
-	readme := readDoc(t, "README.md")
-	doc := readDoc(t, "doc.go")
+	failures := readDoc(t, failuresPage)
+	checking := readDoc(t, checkingPage)
+	benchmarks := readDoc(t, benchmarksPage)
 	small, part := failureRows()
 	for _, tb := range []struct {
-		name       string
-		rows       []failureRow
-		begin, end string // the section in doc.go
+		name string
+		rows []failureRow
 	}{
-		{"failure-table", small, "(the failure table):\n//\n", "//\n// Partitions, four peers"},
-		{"partition-table", part, "(the partition table):\n//\n", "//\n// Each cell"},
+		{"failure-table", small},
+		{"partition-table", part},
 	} {
 		begin, end := "<!-- BEGIN "+tb.name+" -->\n", "<!-- END "+tb.name+" -->"
-		_, oldMD, _ := section(t, readme.text, begin, end)
+		_, oldMD, _ := section(t, failures.text, begin, end)
 		old := oldRows(oldMD, true)
-		md := failureTable(t, tb.rows, true, old, *bigChecks)
-		readme.replace(t, begin, end, md)
-		// doc.go shows the same rows, taken from the Markdown.
-		doc.replace(t, tb.begin, tb.end, goComment(mdToText(t, md)))
+		failures.replace(t, begin, end, failureTable(t, tb.rows, true, old, *bigChecks))
 	}
 	if *updateDocs {
-		old := readStateTable(t, readme.text)
-		readme.replace(t, "<!-- BEGIN state-table -->\n", "<!-- END state-table -->", stateTable(t, old))
-		oldOver := readOvertakeTable(t, readme.text)
-		readme.replace(t, "<!-- BEGIN overtakes-n4 -->\n", "<!-- END overtakes-n4 -->", overtakeTable(t, oldOver, *bigChecks))
+		old := readStateTable(t, checking.text)
+		checking.replace(t, "<!-- BEGIN state-table -->\n", "<!-- END state-table -->", stateTable(t, old))
+		oldOver := readOvertakeTable(t, checking.text)
+		checking.replace(t, "<!-- BEGIN overtakes-n4 -->\n", "<!-- END overtakes-n4 -->", overtakeTable(t, oldOver, *bigChecks))
 	}
-	readme.replace(t, "<!-- BEGIN cost-notes -->\n", "<!-- END cost-notes -->", computeDocNumbers(t).costNotes())
-	_, oldTrace, _ := section(t, readme.text, "<!-- BEGIN maekawa-trace -->\n", "<!-- END maekawa-trace -->")
-	readme.replace(t, "<!-- BEGIN maekawa-trace -->\n", "<!-- END maekawa-trace -->", maekawaTrace(t, oldTrace, *bigChecks))
-	readme.finish(t)
-	doc.finish(t)
+	benchmarks.replace(t, "<!-- BEGIN cost-notes -->\n", "<!-- END cost-notes -->", computeDocNumbers(t).costNotes())
+	_, oldTrace, _ := section(t, checking.text, "<!-- BEGIN maekawa-trace -->\n", "<!-- END maekawa-trace -->")
+	checking.replace(t, "<!-- BEGIN maekawa-trace -->\n", "<!-- END maekawa-trace -->", maekawaTrace(t, oldTrace, *bigChecks))
+	failures.finish(t)
+	checking.finish(t)
+	benchmarks.finish(t)
 }
 
-// maekawaTrace is the README's trace of the textbook FAILED rule's
+// maekawaTrace is docs/checking.md's trace of the textbook FAILED rule's
 // deadlock with four peers: found by Check with -dmutex.big (283k states,
-// too slow under -race), otherwise the README's trace replayed step by
+// too slow under -race), otherwise the page's trace replayed step by
 // step through the variant's world, which must end in that deadlock.
 func maekawaTrace(t testing.TB, old string, big bool) string {
 	const variant = "maekawa-textbook-failed"
@@ -389,20 +386,6 @@ func maekawaTrace(t testing.TB, old string, big bool) string {
 		fmt.Fprintf(&b, "%3d %s\n", i+1, l)
 	}
 	b.WriteString("```\n")
-	return b.String()
-}
-
-// mdToText lays a Markdown table out as aligned text.
-func mdToText(t testing.TB, md string) string {
-	var b bytes.Buffer
-	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
-	for i, line := range strings.Split(strings.TrimSpace(md), "\n") {
-		if i == 1 {
-			continue // the rule
-		}
-		fmt.Fprintln(tw, strings.Join(strings.Split(strings.Trim(line, "| "), " | "), "\t"))
-	}
-	require.NoError(t, tw.Flush())
 	return b.String()
 }
 

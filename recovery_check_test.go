@@ -9,7 +9,7 @@ import (
 	"testing"
 )
 
-var writeReadme = flag.Bool("dmutex.readme", false, "rewrite README.md's generated crash-recovery table from the checker's runs")
+var writeReadme = flag.Bool("dmutex.readme", false, "rewrite the generated crash-recovery tables of docs/checking.md from the checker's runs")
 
 // recoveryRow is one configuration of the crash-recovery table.
 type recoveryRow struct {
@@ -21,7 +21,7 @@ type recoveryRow struct {
 	big     bool                   // only with -dmutex.big
 }
 
-// recoveryRows are the rows of the README's crash-recovery table: each
+// recoveryRows are the rows of docs/checking.md's crash-recovery table: each
 // recovery with one request per peer and one crash of any peer at any
 // point, without recovery, with it under both detectors (with the fenced
 // store where it is checked: issue 16 item 4), and its naive variant. The
@@ -103,10 +103,10 @@ func recoveryRows() []recoveryRow {
 // TestCheckRecovery checks each recovery (WithRecovery:
 // Ricart-Agrawala's crash exclusion, Suzuki-Kasami's token regeneration,
 // centralized coordinator failover) with both detectors, with and without
-// the fenced store, its absence and its naive variant, and that README.md
+// the fenced store, its absence and its naive variant, and that docs/checking.md
 // shows what the checker found (rewrite it with -dmutex.readme
 // -dmutex.big). Without -dmutex.big the big rows are left out, and every
-// other line must be in the README.
+// other line must be on that page.
 func TestCheckRecovery(t *testing.T) {
 	if *writeReadme && !*bigChecks {
 		t.Fatal("rewrite the recovery table with -dmutex.big too, so that its big rows are computed")
@@ -175,34 +175,35 @@ func TestCheckRecovery(t *testing.T) {
 	}
 	if *bigChecks {
 		if got != want {
-			t.Errorf("README.md's recovery table is stale; rerun with -dmutex.readme -dmutex.big. Want:\n%s", want)
+			t.Errorf("%s's recovery table is stale; rerun with -dmutex.readme -dmutex.big. Want:\n%s", checkingPage, want)
 		}
 		return
 	}
 	for _, l := range append(lines, strings.SplitAfter(notes.String(), "\n")...) {
 		if !strings.Contains(got, l) {
-			t.Errorf("README.md's recovery table lacks %q; rerun with -dmutex.readme -dmutex.big", l)
+			t.Errorf("%s's recovery table lacks %q; rerun with -dmutex.readme -dmutex.big", checkingPage, l)
 		}
 	}
 }
 
-// readmeSection returns README.md's text between the markers begin and
-// end, and a function that rewrites README.md with another text there.
+// readmeSection returns the text of docs/checking.md (once the README's
+// section) between the markers begin and end, and a function that
+// rewrites the page with another text there.
 func readmeSection(t *testing.T, begin, end string) (got string, rewrite func(string)) {
 	t.Helper()
-	readme, err := os.ReadFile("README.md")
+	page, err := os.ReadFile(checkingPage)
 	if err != nil {
 		t.Fatal(err)
 	}
-	before, got, after := section(t, string(readme), begin, end)
+	before, got, after := section(t, string(page), begin, end)
 	return got, func(want string) {
-		if err := os.WriteFile("README.md", []byte(before+want+after), 0o644); err != nil {
+		if err := os.WriteFile(checkingPage, []byte(before+want+after), 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
 }
 
-// thousands formats n with commas, as the README's tables do.
+// thousands formats n with commas, as the docs' tables do.
 func thousands(n int) string {
 	s := fmt.Sprint(n)
 	for i := len(s) - 3; i > 0; i -= 3 {

@@ -15,7 +15,7 @@ var fourChecks = flag.Bool("dmutex.four", false, "model-check crash exclusion an
 // where it fits"), one request per peer, one crash of any peer at any
 // point, a perfect detector: safety and deadlock only, depth first,
 // since the graph starvation needs does not fit in memory there. It
-// compares README.md's table with what it finds, or rewrites it with
+// compares docs/checking.md's table with what it finds, or rewrites it with
 // -dmutex.readme. Centralized failover at n = 4 fits with the graph and
 // is a row of TestCheckRecovery's table.
 func TestRecoveryAtFour(t *testing.T) {
@@ -56,7 +56,7 @@ func TestRecoveryAtFour(t *testing.T) {
 	got, rewrite := readmeSection(t, begin, end)
 	if got != b.String() {
 		if !*writeReadme {
-			t.Fatalf("README.md's n = 4 recovery table is stale; rerun with -dmutex.readme. Want:\n%s", b.String())
+			t.Fatalf("%s's n = 4 recovery table is stale; rerun with -dmutex.readme. Want:\n%s", checkingPage, b.String())
 		}
 		rewrite(b.String())
 	}

@@ -349,14 +349,14 @@ func TestIsTerminal(t *testing.T) {
 	}
 }
 
-// TestTimedTableInDocs checks that the timed table in the README and in
+// TestTimedTableInDocs checks that the timed table in
 // docs/benchmarks.md is what dmutexbench -timed prints: the simulation
 // is deterministic, so the comparison is exact.
 func TestTimedTableInDocs(t *testing.T) {
 	code, out, errOut := runCmd(t, false, "-timed", "-format", "markdown")
 	require.Equal(t, 0, code, errOut)
 	const open, end = "<!-- go run ./cmd/dmutexbench -timed -format markdown -->\n", "<!-- end of the timed table -->"
-	for _, file := range []string{"../../README.md", "../../docs/benchmarks.md"} {
+	for _, file := range []string{"../../docs/benchmarks.md"} {
 		b, err := os.ReadFile(file)
 		require.NoError(t, err)
 		_, rest, ok := strings.Cut(string(b), open)

@@ -338,11 +338,11 @@ func assertSameWorld(t *testing.T, want, got *dmutex.World) {
 	assert.Equal(t, wantIDs, gotIDs, "the enabled transitions")
 }
 
-// readmeTrace returns the first violation's transitions in the README's
+// readmeTrace returns the first violation's transitions in docs/checking.md's
 // recovery table row that starts with prefix.
 func readmeTrace(t *testing.T, prefix string) []string {
 	t.Helper()
-	b, err := os.ReadFile("../../README.md")
+	b, err := os.ReadFile("../../docs/checking.md")
 	require.NoError(t, err)
 	for line := range strings.SplitSeq(string(b), "\n") {
 		if !strings.HasPrefix(line, prefix) {
@@ -354,11 +354,11 @@ func readmeTrace(t *testing.T, prefix string) []string {
 		require.True(t, ok, "no trace in %q", line)
 		return strings.Fields(strings.TrimSuffix(trace, "`"))
 	}
-	t.Fatalf("README.md has no row %q", prefix)
+	t.Fatalf("docs/checking.md has no row %q", prefix)
 	return nil
 }
 
-// TestCheckREADMEImperfectTrace: the README's counterexample for
+// TestCheckREADMEImperfectTrace: docs/checking.md's counterexample for
 // Ricart-Agrawala's crash exclusion under an imperfect detector is what
 // the lab's check button loads for that configuration, and, replayed as
 // the page's choices, it breaks mutual exclusion at its last step, after
@@ -408,7 +408,7 @@ func TestCheckREADMEImperfectTrace(t *testing.T) {
 	assertSameWorld(t, sim.World(), r.sim.World())
 }
 
-// TestCheckREADMERecoveryRows: every row of the README's recovery table
+// TestCheckREADMERecoveryRows: every row of docs/checking.md's recovery table
 // with one request per peer, no fenced store and a violation is what the
 // lab's check loads for that configuration, and its replay breaks the
 // same promise: at the last step for safety, at rest for a deadlock.
