@@ -37,7 +37,8 @@ type Locker interface {
 	// LockContext is Lock that gives up when ctx ends first, returning
 	// ctx.Err() unchanged. If the peer's request was already sent, the
 	// peer completes it internally and leaves at once, so no other peer
-	// waits for it forever. Once LockContext has returned nil, the end of
+	// waits for it forever; that entry takes no fencing token (see
+	// Fence). Once LockContext has returned nil, the end of
 	// ctx no longer matters. On a closed peer it returns ErrClosed. With
 	// WithUnreachableAfter, it also gives up, with an error wrapping
 	// ErrPeerUnreachable that names the peers, when a peer its request
@@ -71,7 +72,10 @@ type Locker interface {
 	// strictly increases, across the whole cluster, in the order in which
 	// peers enter the critical section. Pass it to a store that rejects
 	// writes carrying a smaller number than it has seen, and a holder that
-	// stalled past its turn cannot clobber its successor. Fence returns 0
+	// stalled past its turn cannot clobber its successor. Only holds that
+	// a caller gets take one: the entry a peer makes for a LockContext or
+	// TryLockContext that gave up after its request went out (and leaves
+	// at once) takes none, so calls that give up do not spend fences. Fence returns 0
 	// when the peer is not in the critical section, and once the peer's
 	// fences are used up (see MaxFence), never a number that wrapped.
 	Fence() uint64

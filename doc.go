@@ -153,7 +153,8 @@
 // A lock that the holder believes it has may already have passed on: the
 // holder may have stalled past a timeout that another system enforced.
 // [Locker.Fence] returns a number that strictly increases, across the whole
-// cluster, in the order of entries; pass it with every write to a store
+// cluster, in the order of entries (an entry made for a call that gave up
+// takes none); pass it with every write to a store
 // that rejects numbers smaller than the largest it has seen. A peer learns
 // the others' fences from the messages it receives; one message may raise
 // its fence by at most [FenceWindow], and never past [MaxFence], so that a

@@ -22,7 +22,7 @@ package dmutex
 // give up (cancel) at any time. The machine's request stays outstanding
 // all the same, since the machine cannot take it back: when it is granted
 // the entry goes to the next caller still waiting or, if there is none,
-// the peer leaves at once. This keeps the machine's contract (evRequest
+// the peer leaves at once, taking no fence. This keeps the machine's contract (evRequest
 // and evTry only when idle, evRelease only after an entry) whatever the
 // callers do.
 type driver struct {
@@ -237,15 +237,16 @@ func (d *driver) enter(h driverHost, out *output, cause eventKind) {
 		return
 	}
 	d.requested, d.trying = false, false
-	fence := d.takeFence(h.machine())
 	if d.waiting == 0 {
-		// Every caller gave up: an entry all the same, which takes a
-		// fence so that fences stay ordered with entries, and is left at
-		// once.
+		// Every caller gave up: an entry all the same, left at once. It
+		// takes no fence: nobody holds it, so no store sees one, and
+		// the next hold's fence follows the last one a caller got. A
+		// new epoch that is due waits for that hold too.
 		h.entered(false)
 		d.leave(h, out)
 		return
 	}
+	fence := d.takeFence(h.machine())
 	d.waiting--
 	d.tryCaller = false
 	d.inside = true

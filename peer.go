@@ -405,7 +405,9 @@ func (p *Peer) unlock() {
 	p.releaseProbeLocked()
 }
 
-// Fence returns the fencing token of the current hold, or 0. Fences never
+// Fence returns the fencing token of the current hold, or 0; see Locker.
+// A call that gave up takes none, though the peer may enter for it and
+// leave at once (see abandon). Fences never
 // wrap: once a peer's fence has reached MaxFence, each later hold has no
 // fencing token, and Fence returns 0, which a store that rejects numbers
 // smaller than the largest it has seen rejects too.

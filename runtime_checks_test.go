@@ -315,21 +315,38 @@ func TestLockAfterRefusedTry(t *testing.T) {
 	assert.Equal(t, []eventKind{evTry, evMessage, evRequest}, evs)
 }
 
-// TestWithdrawnEntryTakesAFence: a request whose caller gave up is still
-// granted, and the peer enters and leaves at once; that entry takes a
-// fencing token as any other does, so that fences stay in step with the
-// machine's entries, and the peer's next hold has the one after it.
-func TestWithdrawnEntryTakesAFence(t *testing.T) {
-	c := variant{alg: RicartAgrawala}.cluster(t, 2)
-	p0, p1 := c.peers[0], c.peers[1]
-	p1.Lock()
-	f1 := p1.Fence()
-	ends := &endsOnWait{Context: context.Background(), done: make(chan struct{})}
-	close(ends.done)
-	require.ErrorIs(t, p0.LockContext(ends), context.Canceled)
-	p1.Unlock()
-	eventually(t, "peer 0 takes peer 1's reply, enters for the withdrawn request and leaves", func() bool { return p0.deliveredCount() == 2 })
-	p0.Lock()
-	assert.Equal(t, f1+2, p0.Fence(), "the withdrawn entry took fence %d", f1+1)
-	p0.Unlock()
+// TestWithdrawnEntryTakesNoFence: a request whose caller gave up is still
+// granted, and the peer enters and leaves at once; that entry takes no
+// fencing token, since nobody holds it, so the next hold, by any peer,
+// has the fence right after the last hold a caller got. The same goes
+// for a try whose caller gave up before its yes came.
+func TestWithdrawnEntryTakesNoFence(t *testing.T) {
+	for _, try := range []bool{false, true} {
+		t.Run(map[bool]string{false: "lock", true: "try"}[try], func(t *testing.T) {
+			c := variant{alg: RicartAgrawala}.cluster(t, 2)
+			p0, p1 := c.peers[0], c.peers[1]
+			p1.Lock()
+			f1 := p1.Fence()
+			ends := &endsOnWait{Context: context.Background(), done: make(chan struct{})}
+			close(ends.done)
+			if try {
+				// A try asked while peer 1 holds is refused: give up on
+				// one asked after peer 1 left, before its answer.
+				p1.Unlock()
+				got := p0.deliveredCount() // peer 1's request
+				require.ErrorIs(t, p0.TryLockContext(ends), context.Canceled)
+				eventually(t, "peer 0 takes peer 1's yes, enters for the withdrawn try and leaves", func() bool { return p0.deliveredCount() == got+1 })
+			} else {
+				require.ErrorIs(t, p0.LockContext(ends), context.Canceled)
+				p1.Unlock()
+				eventually(t, "peer 0 takes peer 1's reply, enters for the withdrawn request and leaves", func() bool { return p0.deliveredCount() == 2 })
+			}
+			p1.Lock()
+			assert.Equal(t, f1+1, p1.Fence(), "the next hold's fence, after an entry nobody held")
+			p1.Unlock()
+			p0.Lock()
+			assert.Equal(t, f1+2, p0.Fence())
+			p0.Unlock()
+		})
+	}
 }
