@@ -20,6 +20,7 @@ const (
 	SuzukiKasami
 	Raymond
 	RoucairolCarvalho
+	NaimiTrehel
 	numAlgorithms
 )
 
@@ -45,6 +46,7 @@ var algorithms = [numAlgorithms]algorithmSpec{
 	SuzukiKasami:      {name: "suzuki-kasami", build: newSuzukiKasami},
 	Raymond:           {name: "raymond", build: newRaymond},
 	RoucairolCarvalho: {name: "roucairol-carvalho", build: newRoucairol},
+	NaimiTrehel:       {name: "naimi-trehel", build: newNaimiTrehel},
 }
 
 // Algorithms returns every algorithm, in the order of the constants.

@@ -35,6 +35,7 @@ var expectations = [numAlgorithms]checkExpectation{
 	SuzukiKasami:      {tokens: true, nets: []Network{NetworkFIFO, NetworkUnordered}},
 	Raymond:           {tokens: true, nets: []Network{NetworkFIFO, NetworkUnordered}},
 	RoucairolCarvalho: {nets: []Network{NetworkFIFO, NetworkUnordered}},
+	NaimiTrehel:       {tokens: true, nets: []Network{NetworkFIFO, NetworkUnordered}},
 }
 
 // checkCase is one configuration for the exhaustive check.
@@ -90,9 +91,10 @@ func checkCases() []checkCase {
 					// states: 65,825 states with the graph, 3 s.
 					cs = append(cs, checkCase{v: v, n: 4, requests: 1, net: net, big: true, live: true})
 				}
-				if a == TokenRing || a == Raymond {
-					// Cheap enough with four peers: a longer ring, and a
-					// tree with a node two hops from the root.
+				if a == TokenRing || a == Raymond || a == NaimiTrehel {
+					// Cheap enough with four peers: a longer ring, a
+					// tree with a node two hops from the root, and
+					// paths of three hops.
 					cs = append(cs, checkCase{v: v, n: 4, requests: 1, net: net})
 				}
 				if net == NetworkFIFO {

@@ -31,11 +31,12 @@
 //	SuzukiKasami               token       0 if held, else n       any           ACM TOCS 1985
 //	TokenRing                  token       1 hop at full load      any           -
 //	Raymond                    token       2 × tree distance       any           ACM TOCS 1989
+//	NaimiTrehel                token       path + 1, O(log n) mean any           JPDC 1996
 //
 // Each constructor's doc comment ([NewCentralized], [NewLamport],
 // [NewRicartAgrawala], [NewRoucairolCarvalho], [NewMaekawa],
-// [NewSuzukiKasami], [NewTokenRing], [NewRaymond], or [New] with an
-// [Algorithm]) states its paper, channel
+// [NewSuzukiKasami], [NewTokenRing], [NewRaymond], [NewNaimiTrehel], or
+// [New] with an [Algorithm]) states its paper, channel
 // assumption, message cost, fairness and failure behaviour. [NewMaekawa]'s also
 // explains this project's repair of Maekawa's deadlock handling: the
 // paper's FAILED rule deadlocks with four peers on the grid sets (the
@@ -55,7 +56,8 @@
 // messages for smaller quorums: 2⌈√n⌉-1 peers at most on the grid, about
 // √n on a projective plane. Token algorithms cost nothing while the
 // token stays with one busy peer and pay to fetch it otherwise; Raymond's
-// tree makes fetching O(log n). Without [WithRecovery] none of them
+// static tree makes fetching O(log n), and Naimi-Trehel's tree, which
+// every request reshapes, O(log n) on average. Without [WithRecovery] none of them
 // tolerates a crash: they assume reliable peers and channels, and each
 // blocks when a peer or a message is lost; none then lets two peers in,
 // except Lamport's after a lost request, which a healed partition can

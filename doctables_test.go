@@ -66,6 +66,7 @@ func docAlgs() []docAlg {
 		{"token ring", TokenRing, nil, []Kind{KindToken}, false},
 		{"Raymond", Raymond, nil, []Kind{KindRequest, KindPrivilege}, false},
 		{"Roucairol-Carvalho", RoucairolCarvalho, nil, []Kind{KindRequest, KindReply}, false},
+		{"Naimi-Trehel", NaimiTrehel, nil, []Kind{KindRequest, KindToken}, false},
 	}
 }
 

@@ -61,9 +61,9 @@ func TestModelCheckTry(t *testing.T) {
 		switch {
 		case v.alg == Lamport && !*bigChecks:
 			mixes = lamportTryMixes
-		case v.alg == TokenRing || v.alg == Raymond:
-			// A longer ring, and a tree with a node two hops from the
-			// root, that a try crosses.
+		case v.alg == TokenRing || v.alg == Raymond || v.alg == NaimiTrehel:
+			// A longer ring, a tree with a node two hops from the
+			// root, and paths of three hops, that a try crosses.
 			mixes = append(slices.Clip(mixes), tryMix{"r1000-t0111", []int{1, 0, 0, 0}, []int{0, 1, 1, 1}})
 		}
 		for _, net := range nets {

@@ -112,6 +112,15 @@ func tryCostsWithZeros(v variant, n, h, j int) map[string]uint64 {
 			return map[string]uint64{"try": d, "busy": d}
 		}
 		return map[string]uint64{"try": d, "privilege": d}
+	case NaimiTrehel:
+		// Every peer's LAST points at peer 0, the root: a path of one hop.
+		switch {
+		case j == 0 && !refused:
+			return map[string]uint64{} // the idle token is here
+		case refused:
+			return map[string]uint64{"try": 1, "busy": 1}
+		}
+		return map[string]uint64{"try": 1, "token": 1}
 	}
 	panic("no cost for " + v.name)
 }

@@ -124,6 +124,13 @@ var variantList = []Variant{
 		N:         3, Requests: 2, Network: NetworkFIFO,
 		wrap: func(m machine) machine { return &rcNoAskBack{m.(*roucairol)} },
 	},
+	{
+		Name:      "naimi-trehel-no-next",
+		Algorithm: NaimiTrehel,
+		Teaches:   "Naimi-Trehel's root must remember in NEXT the request it cannot serve yet: a root that is inside or waiting, and only points LAST at the requester, leaves without passing the token on, and the requester waits for ever.",
+		N:         2, Requests: 1, Network: NetworkFIFO,
+		wrap: func(m machine) machine { return &ntNoNext{m.(*naimiTrehel)} },
+	},
 }
 
 // Variants returns every variant, in a fixed order. The slice is the
@@ -347,3 +354,14 @@ func (r *rcNoAskBack) step(ev event, out *output) {
 }
 
 func (r *rcNoAskBack) clone() machine { return &rcNoAskBack{r.roucairol.clone().(*roucairol)} }
+
+// Naimi-Trehel forgetting NEXT: the root that cannot serve a request
+// only points LAST at it.
+type ntNoNext struct{ *naimiTrehel }
+
+func (n *ntNoNext) step(ev event, out *output) {
+	n.naimiTrehel.step(ev, out)
+	n.next = -1
+}
+
+func (n *ntNoNext) clone() machine { return &ntNoNext{n.naimiTrehel.clone().(*naimiTrehel)} }
