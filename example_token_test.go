@@ -85,3 +85,29 @@ func ExampleNewTokenRing() {
 	// entries=1 messages=0
 	// entries: 5
 }
+
+// In Naimi and Trehel's algorithm every peer starts pointing at peer 0,
+// which holds the token. A request follows those pointers to the root,
+// reversing them, so that the requester is the next root: peer 3's
+// request goes to 0; peer 2's goes to 0 and on to 3, the root by then,
+// and both point at 2 afterwards; peer 1's goes to 0 and on to 2. The
+// token is then at peer 1, which enters again for free.
+func ExampleNewNaimiTrehel() {
+	c, err := dmutex.NewNaimiTrehel(4)
+	if err != nil {
+		panic(err)
+	}
+	defer c.Close()
+
+	for _, id := range []int{3, 2, 1, 1} {
+		before := c.Stats()
+		c.Peer(id).Lock()
+		c.Peer(id).Unlock()
+		fmt.Printf("peer %d: %v\n", id, c.Stats().Sub(before))
+	}
+	// Output:
+	// peer 3: entries=1 messages=2 (request=1 token=1)
+	// peer 2: entries=1 messages=3 (request=2 token=1)
+	// peer 1: entries=1 messages=3 (request=2 token=1)
+	// peer 1: entries=1 messages=0
+}

@@ -53,6 +53,12 @@ func TestTimedTextbook(t *testing.T) {
 		// load the request climbs and the token comes down the same
 		// path: 2 d T for a distance d (the book's T log N counts one way).
 		{Raymond, log2n / 2, 0.3, log2n + e, 1.8},
+		// Naimi-Trehel: the token goes from the leaving peer to NEXT (T).
+		// At light load the request's path and the token: T(log N + 1)
+		// for a path of log N hops on average; the paths of a random
+		// sequence of requesters, 1/8 of them the root itself (0 T), are
+		// shorter (TestNaimiTrehelTimed).
+		{NaimiTrehel, 1, 0.001, log2n + 1 + e, 1.5},
 		// The ring at saturation passes to the next peer (T); a lone
 		// requester waits for its wake and up to n-1 hops of the token.
 		{TokenRing, 1, 0.001, 2 + e, 2.7},

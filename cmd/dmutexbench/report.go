@@ -54,6 +54,7 @@ var theories = map[string]theory{
 	"suzuki-kasami":      {"N, 0 at the holder", func(n float64) float64 { return min(n, 2*(n-1)) }, ""},
 	"raymond":            {"2d, d = tree distance, O(log N)", nil, ""},
 	"roucairol-carvalho": {"0 to 2(N-1), 2 per permission elsewhere", nil, ""},
+	"naimi-trehel":       {"h+1, h = path, O(log N) mean", nil, ""},
 }
 
 var weaknesses = map[string]string{
@@ -66,6 +67,7 @@ var weaknesses = map[string]string{
 	"suzuki-kasami":      "a lost token stops all",
 	"raymond":            "a lost token or dead inner node stops all",
 	"roucairol-carvalho": "a dead peer blocks all who need its permission",
+	"naimi-trehel":       "a lost token, or a dead peer on a path, stops all",
 }
 
 // measure runs every variant at every size under every load and returns

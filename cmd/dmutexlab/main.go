@@ -417,6 +417,8 @@ func theoryOf(st *state) theory {
 				"failed": "contention only", "relinquish": "contention only"}}
 	case dmutex.Raymond:
 		return theory{"2d, d = tree distance to the holder", map[string]string{"request": "d", "privilege": "d"}}
+	case dmutex.NaimiTrehel:
+		return theory{"h+1, h = hops to the root; O(log N) mean, N at worst", map[string]string{"request": "h", "token": "1"}}
 	}
 	return theory{"?", nil}
 }
