@@ -24,7 +24,7 @@ func TestReportFitsATerminal(t *testing.T) {
 		args []string
 	}{
 		{"default", nil},
-		{"sizes and loads", []string{"-n", "1,2,1024", "-load", "light,2,4,full", "-alg", "ricart-agrawala-implicit,centralized"}},
+		{"sizes and loads", []string{"-n", "1,2,16", "-load", "light,2,4,full", "-alg", "ricart-agrawala-implicit,centralized"}},
 		{"one algorithm", []string{"-alg", "maekawa", "-load", "3"}},
 	}
 	for _, tt := range tests {
@@ -37,6 +37,26 @@ func TestReportFitsATerminal(t *testing.T) {
 			assert.Contains(t, stdout, legend[0])
 			assert.Contains(t, stdout, "\nAt n = ")
 		})
+	}
+}
+
+// TestReportWidestCells writes a report whose every cell is as wide as
+// it gets (the longest algorithm name, n = 4096, four loads, latencies
+// in the hundreds of milliseconds, ties in every conclusion): no line may
+// pass 120 bytes.
+func TestReportWidestCells(t *testing.T) {
+	var rows []row
+	for _, v := range allVariants() {
+		r := row{Algorithm: v.name, N: 4096, MsgsOne: 12345.67, MsgsK: 12345.67, K: 4096, PerSecond: 12345678}
+		for _, l := range []load{1, 2, 4, fullLoad} {
+			r.Loads = append(r.Loads, latency{Load: l.String(), Contenders: l.contenders(4096), P50: 999999, P99: 999999})
+		}
+		rows = append(rows, r)
+	}
+	var b bytes.Buffer
+	require.NoError(t, writeReport(&b, &options{}, rows))
+	for _, line := range strings.Split(b.String(), "\n") {
+		assert.LessOrEqual(t, len(line), maxWidth, "%q", line)
 	}
 }
 
