@@ -3,9 +3,12 @@ package dmutex
 import (
 	"os"
 	"os/exec"
+	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
+	"unicode"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -104,4 +107,71 @@ func TestREADMEOpening(t *testing.T) {
 	ci, err := os.ReadFile(".ci/run")
 	require.NoError(t, err)
 	assert.Contains(t, strings.Split(string(ci), "\n"), cmds[1], ".ci/run should run the README's test command %q", cmds[1])
+}
+
+// TestREADMELeadsToPages checks the README's length and its links: it
+// stays under 250 lines, its computed tables living on pages under docs/,
+// and every relative link of the README and of those pages names a file
+// that exists and, with a #fragment, a heading of that file (GitHub's
+// anchors: lower case, punctuation dropped, spaces as hyphens).
+func TestREADMELeadsToPages(t *testing.T) {
+	readme, err := os.ReadFile("README.md")
+	require.NoError(t, err)
+	assert.Less(t, strings.Count(string(readme), "\n"), 250, "README.md should stay under 250 lines; move computed tables to docs/")
+
+	pages, err := filepath.Glob("docs/*.md")
+	require.NoError(t, err)
+	links := 0
+	for _, file := range append([]string{"README.md"}, pages...) {
+		b, err := os.ReadFile(file)
+		require.NoError(t, err)
+		for _, m := range mdLink.FindAllStringSubmatch(string(b), -1) {
+			target := m[1]
+			if strings.Contains(target, "://") || strings.HasPrefix(target, "mailto:") {
+				continue
+			}
+			links++
+			path, frag, _ := strings.Cut(target, "#")
+			if path == "" {
+				path = file
+			} else {
+				path = filepath.Join(filepath.Dir(file), path)
+			}
+			body, err := os.ReadFile(path)
+			if !assert.NoError(t, err, "%s links %s", file, target) || frag == "" {
+				continue
+			}
+			assert.Contains(t, mdAnchors(string(body)), frag, "%s links %s: no such heading", file, target)
+		}
+	}
+	assert.Greater(t, links, 10)
+}
+
+var mdLink = regexp.MustCompile(`\]\(([^)\s]+)\)`)
+
+// mdAnchors returns the anchors GitHub gives the headings of a Markdown
+// text.
+func mdAnchors(text string) []string {
+	var out []string
+	inBlock := false
+	for _, line := range strings.Split(text, "\n") {
+		if strings.HasPrefix(line, "```") {
+			inBlock = !inBlock
+		}
+		title, ok := strings.CutPrefix(strings.TrimLeft(line, "#"), " ")
+		if inBlock || !ok || !strings.HasPrefix(line, "#") {
+			continue
+		}
+		var b strings.Builder
+		for _, r := range strings.ToLower(strings.TrimSpace(title)) {
+			switch {
+			case r == ' ':
+				b.WriteRune('-')
+			case r == '-' || r == '_' || unicode.IsLetter(r) || unicode.IsDigit(r):
+				b.WriteRune(r)
+			}
+		}
+		out = append(out, b.String())
+	}
+	return out
 }
