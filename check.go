@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"hash/maphash"
-	"runtime/debug"
 	"slices"
 	"strings"
 	"time"
@@ -194,8 +193,9 @@ type CheckConfig struct {
 	// table between 3/8 and 3/4 full) and the worlds of the current path,
 	// instead of about 150 bytes per state and the whole frontier, for the
 	// biggest spaces. The search is then depth first, so a counterexample
-	// is not always a shortest one, and StarvationFree and MaxOvertakes are
-	// not computed (Liveness is false).
+	// is not always a shortest one, and the fair cycles of StarvationFree
+	// are not searched nor MaxOvertakes computed (Liveness is false):
+	// StarvationFree is Undecided unless a deadlock refutes it.
 	SafetyOnly bool
 
 	// PartialOrder, with SafetyOnly, explores from each state only the
@@ -253,8 +253,102 @@ type CheckProgress struct {
 	Elapsed     time.Duration
 }
 
+// A Verdict is what Check decided about one property. The zero Verdict
+// is Undecided. Its JSON form is true, false or null.
+type Verdict int8
+
+const (
+	// Undecided: the search did not decide the property. It stopped first
+	// (at MaxStates or MaxMemory, at a violation of another property,
+	// or because its context ended), or the property is not checked in
+	// this mode (starvation freedom with SafetyOnly, fenced safety without
+	// Fenced). JSON null.
+	Undecided Verdict = iota
+	// Holds: the property holds in every reachable state (or run). JSON
+	// true.
+	Holds
+	// Refuted: a reachable state or run breaks the property. JSON false.
+	Refuted
+)
+
+// String returns "yes", "no" or "undecided", as dmutexcheck and the
+// README's tables write them.
+func (v Verdict) String() string {
+	switch v {
+	case Holds:
+		return "yes"
+	case Refuted:
+		return "no"
+	case Undecided:
+		return "undecided"
+	}
+	return fmt.Sprintf("Verdict(%d)", int8(v))
+}
+
+// MarshalJSON writes true for Holds, false for Refuted and null for
+// Undecided.
+func (v Verdict) MarshalJSON() ([]byte, error) {
+	switch v {
+	case Holds:
+		return []byte("true"), nil
+	case Refuted:
+		return []byte("false"), nil
+	case Undecided:
+		return []byte("null"), nil
+	}
+	return nil, fmt.Errorf("dmutex: unknown verdict %d", int8(v))
+}
+
+// UnmarshalJSON reads what MarshalJSON writes.
+func (v *Verdict) UnmarshalJSON(b []byte) error {
+	switch string(bytes.TrimSpace(b)) {
+	case "true":
+		*v = Holds
+	case "false":
+		*v = Refuted
+	case "null":
+		*v = Undecided
+	default:
+		return fmt.Errorf("dmutex: verdict %q is not true, false or null", b)
+	}
+	return nil
+}
+
+// decide is Refuted if broken, else Holds if the search saw every
+// state, else Undecided.
+func decide(broken, complete bool) Verdict {
+	switch {
+	case broken:
+		return Refuted
+	case complete:
+		return Holds
+	}
+	return Undecided
+}
+
+// A StopReason says why Check ended before it had explored every
+// reachable state; the empty StopReason means that it did not.
+type StopReason string
+
+// The reasons a search stops early.
+const (
+	StoppedAtStateLimit  StopReason = "state limit"  // CheckConfig.MaxStates
+	StoppedAtMemoryLimit StopReason = "memory limit" // CheckConfig.MaxMemory
+	StoppedAtViolation   StopReason = "violation"    // a safety or fenced-safety violation, or a deadlock with StopAtDeadlock
+	StoppedByContext     StopReason = "canceled"     // the context ended
+)
+
 // A CheckResult is what Check found. Its JSON form has the keys named in
-// the tags; maxOvertakes is null when it is unbounded or not computed.
+// the tags.
+//
+// Each property is a Verdict: Holds only when the search saw every
+// reachable state (Complete), Refuted when it found a counterexample,
+// and Undecided otherwise (JSON null): after a limit, after a search that
+// stopped at an earlier violation, when the context ended, and for what
+// the mode does not check. When several properties are refuted, Violation
+// is the counterexample of one of them: the safety violation that stopped
+// the search, else a deadlock, else a starvation, else two holders inside
+// at once past which a Fenced search went on.
 type CheckResult struct {
 	Algorithm   string  `json:"algorithm"`
 	Variant     string  `json:"variant,omitempty"`
@@ -264,10 +358,14 @@ type CheckResult struct {
 	Network     string  `json:"network"`
 	Faults      string  `json:"faults,omitempty"`
 	Detector    string  `json:"detector,omitempty"`
+	Fenced      bool    `json:"fenced,omitempty"` // CheckConfig.Fenced: FencedSafe was checked
 	States      int     `json:"states"`
 	Transitions int     `json:"transitions"`
 	Seconds     float64 `json:"seconds"`
-	Complete    bool    `json:"complete"` // false if the state limit stopped the search
+	// Complete says that the search explored every reachable state;
+	// Stopped says why not when it is false.
+	Complete bool       `json:"complete"`
+	Stopped  StopReason `json:"stopped,omitempty"`
 	// PartialOrder says that the search was reduced (CheckConfig's
 	// PartialOrder): States and Transitions count what it visited.
 	PartialOrder bool `json:"partialOrder,omitempty"`
@@ -277,42 +375,44 @@ type CheckResult struct {
 
 	// Safe: no two peers inside at once, entries in the promised order,
 	// exactly one token, no malformed message, and the promises a machine
-	// makes for a cluster at rest; over every explored state.
-	Safe bool `json:"safe"`
+	// makes for a cluster at rest; over every reachable state.
+	Safe Verdict `json:"safe"`
 	// DeadlockFree: no state with nothing left to do and a request
 	// unserved, except after a fault (those are counted in Blocked).
-	DeadlockFree bool `json:"deadlockFree"`
+	DeadlockFree Verdict `json:"deadlockFree"`
 	// StarvationFree: deadlock free, and no fair cycle (see Check) in
 	// which a request stays unserved, over the states before any fault.
-	// It is false when it was not computed (Liveness is false).
-	StarvationFree bool `json:"starvationFree"`
+	// It is Refuted by a deadlock; it Holds only when Liveness is true.
+	StarvationFree Verdict `json:"starvationFree"`
 	// MaxOvertakes is the most entries by other peers while one request
-	// waits, over every explored path; -1 when unbounded or not computed.
+	// waits, over every path, or -1 when a cycle lets others in without
+	// end; it means something only when Liveness is true (JSON null
+	// otherwise).
 	MaxOvertakes int `json:"maxOvertakes"`
-	// Liveness says whether StarvationFree and MaxOvertakes were
-	// computed: the search completed, found no safety violation, and was
-	// not SafetyOnly.
+	// Liveness says whether the fair cycles of StarvationFree were
+	// searched and MaxOvertakes computed: the search completed, with the
+	// graph (not SafetyOnly), and found no violation that stopped it.
 	Liveness bool `json:"liveness"`
 	// Blocked counts the states with nothing left to do, after a fault,
 	// in which a surviving peer waits for ever.
 	Blocked int `json:"blocked"`
 	// FencedSafe, with CheckConfig.Fenced, says whether the fenced store
-	// never accepted interleaved writes of two holds, over every state
-	// explored; nil (JSON null) when not checked. When it is false,
-	// Violation is its counterexample, with Property "fenced safety".
-	FencedSafe *bool `json:"fencedSafe"`
+	// never accepted interleaved writes of two holds; Undecided (JSON
+	// null) without Fenced. When it is Refuted, Violation is its
+	// counterexample, with Property "fenced safety".
+	FencedSafe Verdict `json:"fencedSafe"`
 
 	Violation *Violation `json:"violation"`
 }
 
-// MarshalJSON writes maxOvertakes as null when it is -1.
+// MarshalJSON writes maxOvertakes as null when it was not computed.
 func (r CheckResult) MarshalJSON() ([]byte, error) {
 	type plain CheckResult
 	out := struct {
 		plain
 		MaxOvertakes *int `json:"maxOvertakes"`
 	}{plain: plain(r)}
-	if r.MaxOvertakes >= 0 {
+	if r.Liveness {
 		out.MaxOvertakes = &r.MaxOvertakes
 	}
 	return json.Marshal(out)
@@ -320,7 +420,8 @@ func (r CheckResult) MarshalJSON() ([]byte, error) {
 
 // A Violation is a counterexample: the steps from the start to a broken
 // promise. For a starvation it is a lasso: the steps from CycleStart on
-// repeat for ever, a fair run in which a request is never served.
+// repeat for ever, a fair run in which a request is never served. It
+// keeps what Replay needs (the configuration), not the search.
 type Violation struct {
 	Property    string   `json:"property"` // "safety", "fenced safety", "deadlock" or "starvation"
 	Message     string   `json:"message"`
@@ -329,20 +430,24 @@ type Violation struct {
 	CycleStart  int      `json:"cycleStart,omitempty"` // starvation: index in Trace where the cycle begins
 	Mermaid     string   `json:"mermaid"`
 
-	cfg *config
-	run *checker
+	origin *origin
 }
 
 // Replay returns a world with a trace, after the violation's steps but
-// the last one that broke a promise (for a safety violation, that step is
-// the world's next Transition with ID Transitions[len-1]).
+// the last one when that step broke the promise (a safety or fenced
+// safety violation: that step is then the world's next Transition with
+// ID Transitions[len-1]). After a deadlock the world is where nothing is
+// left to do; after a starvation, at the end of one turn of the cycle.
 func (v *Violation) Replay() (*World, error) {
-	w, err := v.run.startWorld(true)
+	if v.origin == nil {
+		return nil, fmt.Errorf("dmutex: replay: the violation was not found by Check")
+	}
+	w, err := v.origin.world(true)
 	if err != nil {
 		return nil, err
 	}
 	ids := v.Transitions
-	if v.Property == "safety" && len(ids) > 0 {
+	if (v.Property == "safety" || v.Property == "fenced safety") && len(ids) > 0 {
 		ids = ids[:len(ids)-1]
 	}
 	for _, id := range ids {
@@ -385,37 +490,102 @@ func (v *Violation) Replay() (*World, error) {
 // through the states where p waits, counting the entries of other peers.
 //
 // Check returns an error wrapping ErrInvalidConfig for a bad
-// configuration, and ctx.Err() if ctx ends first.
+// configuration. If ctx ends first, it returns what it found so far,
+// with Complete false and Stopped StoppedByContext, and ctx.Err().
+//
+// Check changes no process-wide setting, and any number of Checks may
+// run at once.
 func Check(ctx context.Context, cfg CheckConfig) (CheckResult, error) {
 	c, err := newChecker(cfg)
 	if err != nil {
 		return CheckResult{}, err
 	}
 	if err := c.explore(ctx); err != nil {
+		if errors.Is(err, errInterrupted) {
+			return c.result(), ctx.Err()
+		}
 		return CheckResult{}, err
 	}
 	c.liveness()
-	if cfg.Fenced {
-		fenced := c.res.Violation == nil || c.res.Violation.Property != "fenced safety"
-		c.res.FencedSafe = &fenced
-		if c.overlap != nil {
-			c.res.Safe = false
-			if c.res.Violation == nil {
-				// A deadlock or starvation found past the overlap is the
-				// graver news: Safe already says two were inside.
-				c.res.Violation = c.overlap
-			}
-		}
+	return c.result(), nil
+}
+
+// result reads what the search found as a CheckResult: each property
+// Refuted if a counterexample was found, else Holds if the search saw
+// every state, else Undecided.
+func (c *checker) result() CheckResult {
+	r := c.res
+	out := CheckResult{
+		Algorithm:    c.cc.Algorithm.String(),
+		Variant:      c.cc.Variant,
+		N:            c.cc.N,
+		Requests:     c.cc.Requests,
+		Tries:        c.cc.Tries,
+		Network:      c.cc.Network.String(),
+		Faults:       c.cc.Faults.String(),
+		Detector:     c.cc.Detector.String(),
+		Fenced:       c.cc.Fenced,
+		PartialOrder: c.cc.PartialOrder,
+		StampGaps:    c.cc.StampGaps,
+		States:       r.States,
+		Transitions:  r.Transitions,
+		Seconds:      time.Since(c.start).Seconds(),
+		Complete:     r.Complete,
+		Liveness:     r.Liveness,
+		MaxOvertakes: -1,
+		Blocked:      r.Blocked,
+		Violation:    r.Violation,
 	}
-	c.res.Seconds = time.Since(c.start).Seconds()
-	return c.res, nil
+	if !r.Complete {
+		out.Stopped = c.stopped
+	}
+	deadlock := c.firstDeadlock >= 0 || c.deadlockPath != nil
+	out.Safe = decide(c.unsafe || c.overlap != nil, r.Complete)
+	out.DeadlockFree = decide(deadlock, r.Complete)
+	switch {
+	case deadlock || (r.Liveness && !r.StarvationFree):
+		out.StarvationFree = Refuted // a deadlock starves its waiting peers
+	case r.Liveness:
+		out.StarvationFree = Holds
+	}
+	if r.Liveness {
+		out.MaxOvertakes = r.MaxOvertakes
+	}
+	if c.cc.Fenced {
+		out.FencedSafe = decide(c.fencedBroken, r.Complete)
+	}
+	if out.Violation == nil {
+		// Two were inside at once, and the Fenced search went on past
+		// it; a deadlock or starvation found past the overlap is the
+		// graver news.
+		out.Violation = c.overlap
+	}
+	return out
+}
+
+// searchResult is what the search found, before result reads it as
+// verdicts: Complete that it saw every state; Safe that no violation
+// stopped it; DeadlockFree and StarvationFree that none was found so far
+// (both mean something only with Complete); the liveness figures, which
+// liveness computes when Complete and Safe.
+type searchResult struct {
+	States         int
+	Transitions    int
+	Complete       bool
+	Safe           bool
+	DeadlockFree   bool
+	StarvationFree bool
+	MaxOvertakes   int
+	Liveness       bool
+	Blocked        int
+	Violation      *Violation
 }
 
 // checker is one run of Check.
 type checker struct {
 	cc     CheckConfig
-	cfg    *config
-	res    CheckResult
+	origin *origin
+	res    searchResult
 	seeds  [2]maphash.Seed
 	fps    *visited
 	buf    []byte
@@ -423,6 +593,7 @@ type checker struct {
 	mbufs  [][]byte
 	stamps stampMap
 	start  time.Time
+	done   <-chan struct{} // the context's
 
 	graph bool
 	// Per state, in order of discovery (which is the order of expansion,
@@ -441,9 +612,12 @@ type checker struct {
 	firstDeadlock int32        // breadth first: a deadlocked state, -1 for none
 	deadlockPath  []Transition // depth first: the path to a deadlock, nil for none
 
+	unsafe       bool       // a safety violation was found
+	fencedBroken bool       // the fenced store accepted interleaved writes
+	stopped      StopReason // why the search ended early, if it did
+
 	limit      int // states after which the search stops; <= 0 for none
 	expanded   int // states expanded so far
-	tamed      bool
 	lastReport time.Time
 
 	overlap *Violation // with Fenced: the first step that let two peers in, which does not stop the search
@@ -588,50 +762,58 @@ func newChecker(cc CheckConfig) (*checker, error) {
 	cfg.stampGaps = cc.StampGaps
 	c := &checker{
 		cc:            cc,
-		cfg:           cfg,
 		seeds:         [2]maphash.Seed{maphash.MakeSeed(), maphash.MakeSeed()},
 		graph:         !cc.SafetyOnly && cc.N <= 64,
 		firstDeadlock: -1,
+		origin: &origin{
+			cfg:      cfg,
+			build:    cc.build,
+			requests: cc.RequestsPerPeer,
+			tries:    cc.TriesPerPeer,
+			faults:   cc.Faults,
+			detector: cc.Detector,
+		},
 	}
-	c.res = CheckResult{
-		Algorithm:    cc.Algorithm.String(),
-		Variant:      cc.Variant,
-		N:            cc.N,
-		Requests:     cc.Requests,
-		Tries:        cc.Tries,
-		Network:      cc.Network.String(),
-		Faults:       cc.Faults.String(),
-		Detector:     cc.Detector.String(),
-		MaxOvertakes: -1,
-		PartialOrder: cc.PartialOrder,
-		StampGaps:    cc.StampGaps,
-	}
+	c.res.MaxOvertakes = -1
 	if cc.Network == NetworkUnordered {
 		c.classes = make(map[string]int32)
 	}
 	return c, nil
 }
 
+// origin is what builds the world at the start of a Check: all that a
+// Violation keeps, to replay.
+type origin struct {
+	cfg             *config
+	build           func(id, n int) machine // tests: replaces the machines
+	requests, tries []int                   // per peer, if set
+	faults          CheckFaults
+	detector        Detector
+}
+
 // startWorld builds the world at the start, with a trace if asked.
-func (c *checker) startWorld(trace bool) (*World, error) {
-	cfg := *c.cfg
+func (c *checker) startWorld(trace bool) (*World, error) { return c.origin.world(trace) }
+
+// world builds the world at the start, with a trace if asked.
+func (o *origin) world(trace bool) (*World, error) {
+	cfg := *o.cfg
 	cfg.sim.noTrace = !trace
-	w, err := newWorld(&cfg, c.cc.build)
+	w, err := newWorld(&cfg, o.build)
 	if err != nil {
 		return nil, err
 	}
-	for p, k := range c.cc.RequestsPerPeer {
+	for p, k := range o.requests {
 		w.peers[p].budget = k
 	}
-	for p, k := range c.cc.TriesPerPeer {
+	for p, k := range o.tries {
 		w.peers[p].tries = k
 	}
-	if f := c.cc.Faults; f.Crash {
+	if f := o.faults; f.Crash {
 		w.f.crashLeft, w.f.crashWho, w.f.crashIn = 1, f.CrashPeer, f.CrashInside
 	}
-	if f := c.cc.Faults; f.Partition != 0 {
+	if f := o.faults; f.Partition != 0 {
 		var side []int
-		for p := range c.cc.N {
+		for p := range cfg.n {
 			if f.Partition&(1<<uint(p)) != 0 {
 				side = append(side, p)
 			}
@@ -641,10 +823,10 @@ func (c *checker) startWorld(trace bool) (*World, error) {
 			w.f.healLeft = 1
 		}
 	}
-	if f := c.cc.Faults; f.Lose {
+	if f := o.faults; f.Lose {
 		w.f.loseLeft, w.f.loseKind = 1, f.LoseKind
 	}
-	w.f.detector, w.f.falseLeft = c.cc.Detector.Kind, c.cc.Detector.FalseSuspicions
+	w.f.detector, w.f.falseLeft = o.detector.Kind, o.detector.FalseSuspicions
 	return w, nil
 }
 
@@ -700,16 +882,16 @@ func (c *checker) crashedNow(p int) bool { return c.cur != nil && c.cur.isCrashe
 // explore runs the search. It stops at the first safety violation, and
 // records the first deadlock but goes on. With the graph it is breadth
 // first, so that a counterexample is a shortest one; without, it is depth
-// first and keeps only the worlds on the current path.
+// first and keeps only the worlds on the current path. If ctx ends, it
+// returns ctx.Err() with what it found so far in c.res.
 func (c *checker) explore(ctx context.Context) error {
 	c.start = time.Now()
-	// The search allocates worlds and machines and keeps a fraction:
-	// collecting less often roughly halves its time.
-	defer debug.SetGCPercent(debug.SetGCPercent(400))
+	c.done = ctx.Done()
 	w, err := c.startWorld(false)
 	if err != nil {
 		if errors.Is(err, ErrViolation) {
-			c.res.Violation = &Violation{Property: "safety", Message: err.Error(), cfg: c.cfg, run: c}
+			c.res.Violation = &Violation{Property: "safety", Message: err.Error(), origin: c.origin}
+			c.unsafe, c.stopped = true, StoppedAtViolation
 			c.finish(false)
 			return nil
 		}
@@ -725,11 +907,14 @@ func (c *checker) explore(ctx context.Context) error {
 	c.lastReport = c.start
 	var complete bool
 	if c.graph {
-		complete, err = c.breadthFirst(ctx, w)
+		complete, err = c.breadthFirst(w)
 	} else {
-		complete, err = c.depthFirst(ctx, w)
+		complete, err = c.depthFirst(w)
 	}
-	if err != nil || c.res.Violation != nil {
+	if err != nil {
+		c.stopped = StoppedByContext
+	}
+	if c.res.Violation != nil {
 		return err
 	}
 	if c.graph {
@@ -746,30 +931,45 @@ func (c *checker) explore(ctx context.Context) error {
 		c.res.DeadlockFree = false
 		c.res.StarvationFree = false
 	}
-	return nil
+	return err
 }
 
-// tick is called once per expanded state: every 4096 it checks ctx,
-// reports progress and tames the collector.
-func (c *checker) tick(ctx context.Context) error {
+// interrupted reports whether the context has ended. It costs a
+// non-blocking receive, so the search asks it at every transition.
+func (c *checker) interrupted() bool {
+	select {
+	case <-c.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// errInterrupted is what the search returns when the context has ended;
+// Check returns ctx.Err() instead.
+var errInterrupted = errors.New("dmutex: check interrupted")
+
+// full reports whether the search may take no more states, and if so
+// records why it stopped.
+func (c *checker) full() bool {
+	if c.limit > 0 && c.res.States >= c.limit {
+		c.stopped = StoppedAtStateLimit
+		return true
+	}
+	return false
+}
+
+// tick is called once per expanded state: every 4096 it reports
+// progress.
+func (c *checker) tick() {
 	c.expanded++
 	if c.expanded&4095 != 0 {
-		return nil
-	}
-	if !c.tamed && c.res.States > 1<<20 {
-		// Past a million states the heap is mostly live: collect as
-		// usual, or a big run's heap grows to five times what it keeps.
-		debug.SetGCPercent(100)
-		c.tamed = true
-	}
-	if err := ctx.Err(); err != nil {
-		return err
+		return
 	}
 	if c.cc.Progress != nil && time.Since(c.lastReport) > time.Second {
 		c.lastReport = time.Now()
 		c.cc.Progress(CheckProgress{States: c.res.States, Transitions: c.res.Transitions, Elapsed: time.Since(c.start)})
 	}
-	return nil
 }
 
 // A verdict is what examine found of a state.
@@ -837,22 +1037,20 @@ func (c *checker) examine(cur *World, trs []Transition) ([]Transition, verdict, 
 }
 
 // breadthFirst explores from w breadth first, keeping the graph, and
-// reports whether it saw every state.
-func (c *checker) breadthFirst(ctx context.Context, w *World) (bool, error) {
+// reports whether it saw every state. It returns errInterrupted as soon
+// as the context ends, and stops at the first state past the limit.
+func (c *checker) breadthFirst(w *World) (bool, error) {
 	c.parent = append(c.parent, -1)
 	work := []*World{w}
 	ids := []int32{0}
 	head := 0
 	var trs []Transition
 	var spare *World
-	complete := true
 	for head < len(work) {
 		cur, id := work[head], ids[head]
 		work[head] = nil
 		head++
-		if err := c.tick(ctx); err != nil {
-			return false, err
-		}
+		c.tick()
 		var v verdict
 		var broken error
 		trs, v, broken = c.examine(cur, trs)
@@ -862,6 +1060,7 @@ func (c *checker) breadthFirst(ctx context.Context, w *World) (bool, error) {
 				c.firstDeadlock = id
 			}
 			if c.cc.StopAtDeadlock {
+				c.stopped = StoppedAtViolation
 				return false, nil
 			}
 		case vBroken:
@@ -869,6 +1068,9 @@ func (c *checker) breadthFirst(ctx context.Context, w *World) (bool, error) {
 			return false, nil
 		}
 		for _, t := range trs {
+			if c.interrupted() {
+				return false, errInterrupted
+			}
 			c.res.Transitions++
 			var next *World
 			if spare != nil {
@@ -881,7 +1083,7 @@ func (c *checker) breadthFirst(ctx context.Context, w *World) (bool, error) {
 				c.safetyViolation(id, t, err)
 				if next.store != nil && next.store.broken {
 					c.res.Violation.Property = "fenced safety"
-					c.res.Safe = c.overlap == nil
+					c.unsafe, c.fencedBroken = false, true
 				}
 				return false, nil
 			}
@@ -891,10 +1093,8 @@ func (c *checker) breadthFirst(ctx context.Context, w *World) (bool, error) {
 			fp := c.fingerprint(next)
 			to, seen := c.fps.get(fp)
 			if !seen {
-				if c.limit > 0 && c.res.States >= c.limit {
-					complete = false
-					spare = next
-					continue
+				if c.full() {
+					return false, nil
 				}
 				to = int32(c.res.States)
 				c.fps.add(fp, to)
@@ -917,7 +1117,7 @@ func (c *checker) breadthFirst(ctx context.Context, w *World) (bool, error) {
 			head = 0
 		}
 	}
-	return complete, nil
+	return true, nil
 }
 
 // dfsFrame is one world on the depth-first search's path, its enabled
@@ -933,8 +1133,10 @@ type dfsFrame struct {
 // depthFirst explores from w depth first, without the graph: it keeps
 // the worlds on the current path, and reuses each level's world and
 // machines for the next state tried there, so that a known state costs
-// no allocation. It reports whether it saw every state.
-func (c *checker) depthFirst(ctx context.Context, w *World) (bool, error) {
+// no allocation. It reports whether it saw every state. It returns
+// errInterrupted as soon as the context ends, and stops at the first
+// state past the limit.
+func (c *checker) depthFirst(w *World) (bool, error) {
 	// along is the path to the world on top of the stack, as
 	// transitions: the one each frame below it took last.
 	along := func(stack []dfsFrame) []Transition {
@@ -970,11 +1172,12 @@ func (c *checker) depthFirst(ctx context.Context, w *World) (bool, error) {
 				c.deadlockPath = along(stack)
 			}
 			if c.cc.StopAtDeadlock {
+				c.stopped = StoppedAtViolation
 				return false
 			}
 		case vBroken:
-			c.res.Seconds = time.Since(c.start).Seconds()
 			c.res.Violation = c.violationAlong("safety", along(stack), -1, Transition{}, broken.Error())
+			c.unsafe, c.stopped = true, StoppedAtViolation
 			return false
 		}
 		return true
@@ -982,7 +1185,6 @@ func (c *checker) depthFirst(ctx context.Context, w *World) (bool, error) {
 	if !push() {
 		return false, nil
 	}
-	complete := true
 	for len(stack) > 0 {
 		top := len(stack) - 1
 		f := &stack[top]
@@ -994,6 +1196,9 @@ func (c *checker) depthFirst(ctx context.Context, w *World) (bool, error) {
 			}
 			stack = stack[:top]
 			continue
+		}
+		if c.interrupted() {
+			return false, errInterrupted
 		}
 		t := f.trs[f.next]
 		f.next++
@@ -1011,11 +1216,11 @@ func (c *checker) depthFirst(ctx context.Context, w *World) (bool, error) {
 		next := f.w.cloneInto(child.w)
 		st, err := next.apply(t)
 		if err != nil {
-			c.res.Seconds = time.Since(c.start).Seconds()
 			c.res.Violation = c.violationAlong("safety", along(stack), -1, t, err.Error())
+			c.unsafe, c.stopped = true, StoppedAtViolation
 			if next.store != nil && next.store.broken {
 				c.res.Violation.Property = "fenced safety"
-				c.res.Safe = c.overlap == nil
+				c.unsafe, c.fencedBroken = false, true
 			}
 			return false, nil
 		}
@@ -1029,10 +1234,11 @@ func (c *checker) depthFirst(ctx context.Context, w *World) (bool, error) {
 			f.limit = len(f.trs)
 		}
 		if c.limit > 0 && c.res.States >= c.limit {
-			if _, seen := c.fps.get(fp); !seen {
-				complete = false
+			if _, seen := c.fps.get(fp); seen {
+				continue
 			}
-			continue
+			c.stopped = StoppedAtStateLimit
+			return false, nil
 		}
 		if _, seen := c.fps.add(fp, 0); seen {
 			continue
@@ -1043,19 +1249,16 @@ func (c *checker) depthFirst(ctx context.Context, w *World) (bool, error) {
 			stack[top+1].fp = fp
 			onStack[fp]++
 		}
-		if err := c.tick(ctx); err != nil {
-			return false, err
-		}
+		c.tick()
 		if !push() {
 			return false, nil
 		}
 	}
-	return complete, nil
+	return true, nil
 }
 
 // finish fills in the result after a search without safety violation.
 func (c *checker) finish(complete bool) {
-	c.res.Seconds = time.Since(c.start).Seconds()
 	c.res.Complete = complete
 	c.res.Safe = c.res.Violation == nil
 	c.res.DeadlockFree = c.res.Safe
@@ -1065,9 +1268,9 @@ func (c *checker) finish(complete bool) {
 // safetyViolation records that transition t from state id broke a
 // promise (t is zero for a promise broken at rest).
 func (c *checker) safetyViolation(id int32, t Transition, err error) {
-	c.res.Seconds = time.Since(c.start).Seconds()
 	c.res.Complete = false
 	c.res.Violation = c.violation("safety", c.pathTo(id), -1, t, err.Error())
+	c.unsafe, c.stopped = true, StoppedAtViolation
 }
 
 // pathTo returns the states from the start to id.
@@ -1087,7 +1290,7 @@ func (c *checker) pathTo(id int32) []int32 {
 func (c *checker) violation(prop string, path []int32, cycle int, last Transition, msg string) *Violation {
 	w, err := c.startWorld(false)
 	if err != nil {
-		return &Violation{Property: prop, cfg: c.cfg, run: c, Message: err.Error()}
+		return &Violation{Property: prop, origin: c.origin, Message: err.Error()}
 	}
 	var trs []Transition
 	for i := 1; i < len(path); i++ {
@@ -1105,7 +1308,7 @@ func (c *checker) violation(prop string, path []int32, cycle int, last Transitio
 			}
 		}
 		if !found {
-			return &Violation{Property: prop, cfg: c.cfg, run: c,
+			return &Violation{Property: prop, origin: c.origin,
 				Message: "dmutex: internal error: the counterexample does not replay"}
 		}
 	}
@@ -1120,7 +1323,7 @@ func (c *checker) violation(prop string, path []int32, cycle int, last Transitio
 // len(trs)), and then takes last if it is not zero. msg is the broken
 // promise, or "" to take the final check's.
 func (c *checker) violationAlong(prop string, trs []Transition, cycle int, last Transition, msg string) *Violation {
-	v := &Violation{Property: prop, cfg: c.cfg, run: c, CycleStart: -1}
+	v := &Violation{Property: prop, origin: c.origin, CycleStart: -1}
 	w, err := c.startWorld(true)
 	if err != nil {
 		v.Message = err.Error()

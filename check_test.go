@@ -5,7 +5,10 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"runtime"
+	"runtime/debug"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -164,11 +167,11 @@ func TestModelCheck(t *testing.T) {
 					cc.name(), res.States, res.Transitions, res.Seconds)
 				return
 			}
-			assert.True(t, res.Safe)
-			assert.True(t, res.DeadlockFree)
+			assert.Equal(t, Holds, res.Safe)
+			assert.Equal(t, Holds, res.DeadlockFree)
 			if !safetyOnly {
 				assert.True(t, res.Liveness)
-				assert.True(t, res.StarvationFree)
+				assert.Equal(t, Holds, res.StarvationFree)
 				assert.Equal(t, promisedOvertakes(cc.v.alg, cc.n, cc.requests), res.MaxOvertakes,
 					"the bound on overtaking that the doc comment states")
 			}
@@ -286,7 +289,7 @@ func TestCheckFindsBrokenMachines(t *testing.T) {
 			res := mustCheck(t, CheckConfig{Algorithm: Centralized, N: 2, Requests: 1, build: tt.build})
 			if tt.want == "" {
 				require.Nil(t, res.Violation)
-				assert.True(t, res.Safe && res.DeadlockFree && res.StarvationFree && res.Complete)
+				assert.True(t, res.Complete && res.Safe == Holds && res.DeadlockFree == Holds && res.StarvationFree == Holds)
 				return
 			}
 			require.NotNil(t, res.Violation)
@@ -384,16 +387,85 @@ func requireReplays(t *testing.T, v *Violation) {
 		require.NoError(t, err)
 		last, ok := w.Find(v.Transitions[len(v.Transitions)-1])
 		require.True(t, ok)
-		_, err = w.Apply(last)
+		var st Step
+		st, err = w.Apply(last)
+		if err == nil {
+			err = st.overlap // with the fenced store, two inside does not stop the run
+		}
 		if err == nil && w.quiet() {
 			err = w.finalCheck() // a promise for a cluster at rest
 		}
 		require.ErrorIs(t, err, ErrViolation, "the last step breaks the promise again")
+	case "fenced safety":
+		require.NoError(t, err)
+		last, ok := w.Find(v.Transitions[len(v.Transitions)-1])
+		require.True(t, ok)
+		_, err = w.Apply(last)
+		require.ErrorIs(t, err, ErrViolation, "the last write is accepted out of turn again")
+		assert.Contains(t, err.Error(), "fenced safety")
 	case "deadlock":
 		require.NoError(t, err)
 		assert.True(t, w.quiet(), "the trace ends where nothing is left to do")
 		assert.NotEmpty(t, w.Waiting())
+	case "starvation":
+		require.NoError(t, err)
+		assert.NotEmpty(t, w.Waiting(), "a peer still waits after a turn of the cycle")
+	default:
+		t.Fatalf("unknown property %q", v.Property)
 	}
+}
+
+// TestReplayEveryProperty replays one counterexample of each property
+// Check reports (issue 22: Replay failed for every fenced-safety one).
+func TestReplayEveryProperty(t *testing.T) {
+	for _, tt := range []struct {
+		prop string
+		cfg  CheckConfig
+	}{
+		{"safety", CheckConfig{Variant: "ricart-agrawala-tie-reply"}},
+		{"safety", CheckConfig{Algorithm: Centralized, N: 2, Requests: 1, build: func(id, _ int) machine { return &dropper{token: id == 0} }}}, // broken at rest
+		{"safety", CheckConfig{Algorithm: RicartAgrawala, N: 2, Options: []Option{WithRecovery()}, Fenced: true, // two inside, past which the search goes on
+			Faults: CheckFaults{Crash: true, CrashPeer: AnyPeer}, Detector: Detector{Kind: DetectorImperfect, FalseSuspicions: 1}}},
+		{"fenced safety", CheckConfig{Variant: "ricart-agrawala-tie-reply", Fenced: true}},
+		{"fenced safety", CheckConfig{Algorithm: RicartAgrawala, N: 2, Fenced: true, build: newEager}},
+		{"deadlock", CheckConfig{Variant: "maekawa-no-inquire"}},
+		{"deadlock", CheckConfig{Variant: "maekawa-no-inquire", SafetyOnly: true}},
+		{"starvation", CheckConfig{Algorithm: TokenRing, N: 3, Requests: 1, build: func(id, _ int) machine { return &bouncer{id: id, token: id == 0} }}},
+	} {
+		t.Run(tt.prop, func(t *testing.T) {
+			res, err := Check(context.Background(), tt.cfg)
+			require.NoError(t, err)
+			require.NotNil(t, res.Violation)
+			require.Equal(t, tt.prop, res.Violation.Property)
+			requireReplays(t, res.Violation)
+		})
+	}
+}
+
+// TestViolationKeepsOnlyTheConfiguration: a Violation holds what replay
+// needs, not the search. Issue 22: holding only the Violation of
+// maekawa-textbook-failed kept 57 MB alive.
+func TestViolationKeepsOnlyTheConfiguration(t *testing.T) {
+	heap := func() uint64 {
+		runtime.GC()
+		var m runtime.MemStats
+		runtime.ReadMemStats(&m)
+		return m.HeapAlloc
+	}
+	before := heap()
+	// A deadlock found after 33,524 states, a few megabytes of graph.
+	res, err := Check(context.Background(), CheckConfig{Variant: "suzuki-kasami-outdated-token", StopAtDeadlock: true})
+	require.NoError(t, err)
+	v := res.Violation
+	require.NotNil(t, v)
+	states := res.States
+	res = CheckResult{}
+	held := int64(heap()) - int64(before)
+	t.Logf("after %d states, the violation holds %d bytes", states, held)
+	assert.Less(t, held, int64(1<<20), "a Violation holds the search's graph")
+	_, err = v.Replay()
+	require.NoError(t, err)
+	runtime.KeepAlive(v)
 }
 
 // TestCheckVariantsRefusedByClusters: a variant is for the simulator, the
@@ -439,7 +511,16 @@ func TestCheckJSON(t *testing.T) {
 	res.MaxOvertakes = -1
 	b, err = json.Marshal(res)
 	require.NoError(t, err)
-	assert.Contains(t, string(b), `"maxOvertakes":null`)
+	assert.Contains(t, string(b), `"maxOvertakes":-1`, "unbounded")
+	res.Liveness = false
+	b, err = json.Marshal(res)
+	require.NoError(t, err)
+	assert.Contains(t, string(b), `"maxOvertakes":null`, "not computed")
+
+	var back CheckResult
+	require.NoError(t, json.Unmarshal(b, &back))
+	assert.Equal(t, Holds, back.Safe)
+	assert.Equal(t, Undecided, back.FencedSafe)
 
 	bad := mustCheck(t, CheckConfig{Variant: "ricart-agrawala-tie-reply"})
 	b, err = json.Marshal(bad)
@@ -452,14 +533,18 @@ func TestCheckJSON(t *testing.T) {
 	assert.Contains(t, viol["mermaid"], "sequenceDiagram")
 }
 
-// TestCheckStateLimit: a limit stops the search with complete false and
-// liveness not computed.
+// TestCheckStateLimit: a limit stops the search with complete false,
+// every property undecided and liveness not computed.
 func TestCheckStateLimit(t *testing.T) {
 	res := mustCheck(t, CheckConfig{Algorithm: RicartAgrawala, N: 3, Requests: 2, MaxStates: 100})
 	assert.False(t, res.Complete)
+	assert.Equal(t, StoppedAtStateLimit, res.Stopped)
 	assert.Equal(t, 100, res.States)
 	assert.False(t, res.Liveness)
 	assert.Equal(t, -1, res.MaxOvertakes)
+	for _, v := range []Verdict{res.Safe, res.DeadlockFree, res.StarvationFree, res.FencedSafe} {
+		assert.Equal(t, Undecided, v)
+	}
 }
 
 func TestCheckBadConfig(t *testing.T) {
@@ -482,6 +567,82 @@ func TestCheckBadConfig(t *testing.T) {
 	cancel()
 	_, err := Check(ctx, CheckConfig{Algorithm: Lamport, Requests: 2, N: 3})
 	require.ErrorIs(t, err, context.Canceled)
+}
+
+// TestCheckCancel: the search looks at its context at every transition,
+// and returns what it found so far with ctx.Err(). The context is
+// cancelled from Progress, on the search's own goroutine, so the test
+// knows exactly how far the search had come; and a context cancelled
+// before the start ends even a search of 65 peers (depth first) at its
+// first step. Issue 22: it looked every 4,096 states, and returned a zero
+// result.
+func TestCheckCancel(t *testing.T) {
+	for _, safetyOnly := range []bool{false, true} {
+		t.Run(fmt.Sprintf("safetyOnly=%v", safetyOnly), func(t *testing.T) {
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			at := -1
+			res, err := Check(ctx, CheckConfig{Algorithm: RicartAgrawala, N: 3, Requests: Unlimited, MaxStates: -1, SafetyOnly: safetyOnly,
+				Progress: func(p CheckProgress) {
+					if at < 0 {
+						at = p.Transitions
+						cancel()
+					}
+				}})
+			require.ErrorIs(t, err, context.Canceled)
+			require.GreaterOrEqual(t, at, 0)
+			assert.LessOrEqual(t, res.Transitions, at+1, "no transition taken after the one that saw the context end")
+			assert.False(t, res.Complete)
+			assert.Equal(t, StoppedByContext, res.Stopped)
+			assert.Positive(t, res.States)
+			assert.Equal(t, Undecided, res.Safe)
+			assert.Equal(t, Undecided, res.DeadlockFree)
+			assert.Equal(t, "ricart-agrawala", res.Algorithm)
+		})
+	}
+	for _, n := range []int{3, 65} {
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		res, err := Check(ctx, CheckConfig{Algorithm: RicartAgrawala, N: n, MaxStates: -1})
+		require.ErrorIs(t, err, context.Canceled)
+		assert.Equal(t, 1, res.States, "n = %d", n)
+		assert.LessOrEqual(t, res.Transitions, 1, "n = %d", n)
+	}
+}
+
+// TestCheckStopsAtTheLimit: the search ends at the first new state past
+// MaxStates, also depth first with 65 peers, where it used to try every
+// transition left on its stack (issue 22: -n 65 -max-states 100 ran for
+// more than 10 s, past 6,000 transitions).
+func TestCheckStopsAtTheLimit(t *testing.T) {
+	for _, n := range []int{3, 65} {
+		res := mustCheck(t, CheckConfig{Algorithm: RicartAgrawala, N: n, Requests: 2, MaxStates: 100})
+		assert.Equal(t, 100, res.States, "n = %d", n)
+		assert.False(t, res.Complete)
+		assert.Equal(t, StoppedAtStateLimit, res.Stopped)
+		assert.Less(t, res.Transitions, 1000, "n = %d: the search went on past its limit", n)
+		t.Logf("n = %d: %d transitions, %.3fs", n, res.Transitions, res.Seconds)
+	}
+}
+
+// TestConcurrentChecksLeaveGCPercent: Check changes no process-wide
+// setting, even when several run at once (issue 22: it set the GC
+// percent, and two overlapping Checks left it at 400).
+func TestConcurrentChecksLeaveGCPercent(t *testing.T) {
+	old := debug.SetGCPercent(123)
+	defer debug.SetGCPercent(old)
+	var wg sync.WaitGroup
+	errs := make([]error, 4)
+	for i := range errs {
+		wg.Go(func() {
+			_, errs[i] = Check(context.Background(), CheckConfig{Algorithm: RicartAgrawala, N: 3})
+		})
+	}
+	wg.Wait()
+	for _, err := range errs {
+		require.NoError(t, err)
+	}
+	assert.Equal(t, 123, debug.SetGCPercent(123))
 }
 
 // BenchmarkCheck measures the checker: one op is one whole check, and

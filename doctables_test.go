@@ -405,7 +405,7 @@ func TestCheckPartitionAndHoldFaults(t *testing.T) {
 	cfg := CheckConfig{Algorithm: Centralized, N: 3, Faults: CheckFaults{Partition: 1 << 0, Heal: true}}
 	res, err := Check(ctx, cfg)
 	require.NoError(t, err)
-	require.True(t, res.Safe)
+	require.Equal(t, Holds, res.Safe)
 	require.NotZero(t, res.Blocked, "a partition that never heals leaves a request stuck")
 	require.Equal(t, "partition {0}|rest then heal", res.Faults)
 

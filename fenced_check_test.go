@@ -97,20 +97,19 @@ func newEager(id, n int) machine          { return eager{} }
 // P0, P1, P0, and Check reports fenced safety broken, with the run.
 func TestCheckFencedCatchesSharedFences(t *testing.T) {
 	res := mustCheck(t, CheckConfig{Algorithm: RicartAgrawala, N: 2, Fenced: true, build: newEager})
-	require.NotNil(t, res.FencedSafe)
-	assert.False(t, *res.FencedSafe)
-	assert.False(t, res.Safe, "two were inside at once before the store broke")
+	assert.Equal(t, Refuted, res.FencedSafe)
+	assert.Equal(t, Refuted, res.Safe, "two were inside at once before the store broke")
 	require.NotNil(t, res.Violation)
 	assert.Equal(t, "fenced safety", res.Violation.Property)
 	assert.Contains(t, res.Violation.Message, "after another holder's")
 	t.Log(res.Violation.Trace)
 
 	res = mustCheck(t, CheckConfig{Algorithm: RicartAgrawala, N: 2, Requests: 2, Fenced: true})
-	require.NotNil(t, res.FencedSafe)
-	assert.True(t, *res.FencedSafe)
-	assert.True(t, res.Safe && res.StarvationFree)
+	assert.Equal(t, Holds, res.FencedSafe)
+	assert.True(t, res.Safe == Holds && res.StarvationFree == Holds)
 	res = mustCheck(t, CheckConfig{Algorithm: RicartAgrawala, N: 2})
-	assert.Nil(t, res.FencedSafe, "not checked")
+	assert.Equal(t, Undecided, res.FencedSafe, "not checked")
+	assert.False(t, res.Fenced)
 }
 
 // sharedEpochs is Ricart-Agrawala with the first rule for a new fence
@@ -162,8 +161,7 @@ func TestCheckFencedRefutesSharedEpochs(t *testing.T) {
 	res := mustCheck(t, CheckConfig{Algorithm: RicartAgrawala, N: 3, Options: []Option{WithRecovery()},
 		Faults: CheckFaults{Crash: true, CrashPeer: AnyPeer}, Detector: Detector{Kind: DetectorImperfect, FalseSuspicions: 1},
 		Fenced: true, build: build})
-	require.NotNil(t, res.FencedSafe)
-	assert.False(t, *res.FencedSafe)
+	assert.Equal(t, Refuted, res.FencedSafe)
 	require.NotNil(t, res.Violation)
 	assert.Equal(t, "fenced safety", res.Violation.Property)
 	assert.Contains(t, res.Violation.Message, "with fence 1:1 after another holder's")

@@ -82,10 +82,10 @@ func TestCheckFindsLivelock(t *testing.T) {
 			res := mustCheck(t, CheckConfig{Algorithm: TokenRing, N: 3, Requests: 1, Network: net,
 				build: func(id, _ int) machine { return &bouncer{id: id, token: id == 0} }})
 			require.True(t, res.Complete)
-			assert.True(t, res.Safe)
-			assert.True(t, res.DeadlockFree, "the token never stops: no state is quiet")
+			assert.Equal(t, Holds, res.Safe)
+			assert.Equal(t, Holds, res.DeadlockFree, "the token never stops: no state is quiet")
 			assert.True(t, res.Liveness)
-			assert.False(t, res.StarvationFree)
+			assert.Equal(t, Refuted, res.StarvationFree)
 			v := res.Violation
 			require.NotNil(t, v)
 			assert.Equal(t, "starvation", v.Property)
@@ -129,7 +129,7 @@ func TestCheckIgnoresUnfairCycles(t *testing.T) {
 			require.True(t, res.Complete)
 			require.Nil(t, res.Violation)
 			assert.True(t, res.Liveness)
-			assert.True(t, res.StarvationFree, "the only cycle while P2 waits starves the delivery of its grant")
+			assert.Equal(t, Holds, res.StarvationFree, "the only cycle while P2 waits starves the delivery of its grant")
 			assert.Equal(t, 0, res.MaxOvertakes)
 		})
 	}
@@ -144,8 +144,8 @@ func TestCheckUnboundedOvertakes(t *testing.T) {
 	require.True(t, res.Complete)
 	require.True(t, res.Liveness)
 	assert.Equal(t, -1, res.MaxOvertakes)
-	assert.False(t, res.StarvationFree)
-	assert.True(t, res.DeadlockFree)
+	assert.Equal(t, Refuted, res.StarvationFree)
+	assert.Equal(t, Holds, res.DeadlockFree)
 }
 
 func joinLines(ls []string) string {
@@ -309,13 +309,13 @@ func TestWeakFairnessObligesWrites(t *testing.T) {
 					Fenced: fenced, build: newLazyHolder}
 				res := mustCheck(t, cfg)
 				require.True(t, res.Complete)
-				require.True(t, res.Safe)
+				require.Equal(t, Holds, res.Safe)
 				require.True(t, res.Liveness)
 				if v := res.Violation; v != nil {
 					t.Logf("%s:\n    %s", v.Message, joinLines(v.Trace))
 				}
-				assert.True(t, res.DeadlockFree)
-				assert.True(t, res.StarvationFree, "every cycle in which P2 waits leaves a step owed")
+				assert.Equal(t, Holds, res.DeadlockFree)
+				assert.Equal(t, Holds, res.StarvationFree, "every cycle in which P2 waits leaves a step owed")
 				assert.Nil(t, res.Violation)
 			})
 		}
@@ -408,13 +408,13 @@ func TestWeakFairnessPerState(t *testing.T) {
 		Fenced: true, build: newFenceTwins}
 	res := mustCheck(t, cfg)
 	require.True(t, res.Complete)
-	require.True(t, res.Safe)
+	require.Equal(t, Holds, res.Safe)
 	require.True(t, res.Liveness)
 	if v := res.Violation; v != nil {
 		t.Logf("%s:\n    %s", v.Message, joinLines(v.Trace))
 	}
-	assert.True(t, res.DeadlockFree)
-	assert.True(t, res.StarvationFree, "every cycle in which P2 waits leaves a grant undelivered")
+	assert.Equal(t, Holds, res.DeadlockFree)
+	assert.Equal(t, Holds, res.StarvationFree, "every cycle in which P2 waits leaves a grant undelivered")
 	assert.Nil(t, res.Violation)
 }
 
@@ -598,8 +598,8 @@ func TestStarvationLoopIsFair(t *testing.T) {
 			res := mustCheck(t, cfg)
 			require.True(t, res.Complete)
 			require.True(t, res.Liveness)
-			assert.True(t, res.DeadlockFree)
-			assert.False(t, res.StarvationFree)
+			assert.Equal(t, Holds, res.DeadlockFree)
+			assert.Equal(t, Refuted, res.StarvationFree)
 			requireFairLasso(t, cfg, res.Violation, 2)
 			t.Logf("%s (loop from step %d):\n    %s", res.Violation.Message, res.Violation.CycleStart+1, joinLines(res.Violation.Trace))
 		})

@@ -32,18 +32,19 @@ func recoveryRows() []recoveryRow {
 	perfect := Detector{Kind: DetectorPerfect}
 	imperfect := Detector{Kind: DetectorImperfect, FalseSuspicions: 1}
 	noRecovery := func(r CheckResult) bool {
-		return r.Complete && r.Safe && !r.DeadlockFree && r.Violation != nil && r.Violation.Property == "deadlock"
+		return r.Complete && r.Safe == Holds && r.DeadlockFree == Refuted && r.Violation != nil && r.Violation.Property == "deadlock"
 	}
 	careful := func(r CheckResult) bool {
-		return r.Complete && r.Safe && r.DeadlockFree && r.StarvationFree && r.Liveness && (r.FencedSafe == nil || *r.FencedSafe)
+		return r.Complete && r.Safe == Holds && r.DeadlockFree == Holds && r.StarvationFree == Holds && r.Liveness &&
+			(!r.Fenced || r.FencedSafe == Holds)
 	}
 	unsafe := func(r CheckResult) bool {
-		return !r.Safe && r.Violation != nil && r.Violation.Property == "safety"
+		return r.Safe == Refuted && r.Violation != nil && r.Violation.Property == "safety"
 	}
 	// Imperfect, fenced: two peers may be inside at once, but the store
 	// stays safe and the survivors go on entering.
 	fenced := func(r CheckResult) bool {
-		return r.Complete && !r.Safe && r.DeadlockFree && r.StarvationFree && r.Liveness && r.FencedSafe != nil && *r.FencedSafe &&
+		return r.Complete && r.Safe == Refuted && r.DeadlockFree == Holds && r.StarvationFree == Holds && r.Liveness && r.FencedSafe == Holds &&
 			r.Violation != nil && r.Violation.Property == "safety"
 	}
 	var rows []recoveryRow
@@ -57,7 +58,7 @@ func recoveryRows() []recoveryRow {
 		bigFence bool // the imperfect detector with the store at n = 3, behind -dmutex.big
 	}{
 		{RicartAgrawala, "Ricart-Agrawala", "ricart-agrawala-naive-exclusion", func(r CheckResult) bool {
-			return r.Safe && !r.DeadlockFree && r.Violation != nil && r.Violation.Property == "deadlock"
+			return r.Safe != Refuted && r.DeadlockFree == Refuted && r.Violation != nil && r.Violation.Property == "deadlock"
 		}, false, true, true},
 		{SuzukiKasami, "Suzuki-Kasami", "suzuki-kasami-naive-regeneration", unsafe, true, true, true},
 		{Centralized, "centralized", "centralized-naive-failover", unsafe, true, true, true},
@@ -83,7 +84,8 @@ func recoveryRows() []recoveryRow {
 			big.MaxStates = 12_000_000 // Suzuki-Kasami's takes 8.9M states
 			rows = append(rows, recoveryRow{a.name, "`WithRecovery()`, imperfect detector, 1 false suspicion, fenced store", big, fenced, false, true})
 		}
-		rows = append(rows, recoveryRow{a.name, "variant `" + a.variant + "`, perfect detector", CheckConfig{Variant: a.variant}, a.naive, a.explain, false})
+		// As dmutexcheck -variant runs it: to the first deadlock.
+		rows = append(rows, recoveryRow{a.name, "variant `" + a.variant + "`, perfect detector", CheckConfig{Variant: a.variant, StopAtDeadlock: true}, a.naive, a.explain, false})
 	}
 	// Beyond the smallest configuration: coordinator failover's fit in CI
 	// (a second or two); two requests per peer for the others take
@@ -106,24 +108,26 @@ func recoveryRows() []recoveryRow {
 // the fenced store, its absence and its naive variant, and that docs/checking.md
 // shows what the checker found (rewrite it with -dmutex.readme
 // -dmutex.big). Without -dmutex.big the big rows are left out, and every
-// other line must be on that page.
+// other line must be on that page; -dmutex.readme alone rewrites the
+// other rows and keeps the big rows' lines as they are.
 func TestCheckRecovery(t *testing.T) {
-	if *writeReadme && !*bigChecks {
-		t.Fatal("rewrite the recovery table with -dmutex.big too, so that its big rows are computed")
-	}
+	const begin = "<!-- recovery table: go test -run TestCheckRecovery -dmutex.readme -dmutex.big . -->\n"
+	const end = "<!-- end recovery table -->\n"
+	got, rewrite := readmeSection(t, begin, end)
 	var lines []string // the table's computed lines
 	var notes strings.Builder
-	yes := func(ok bool, computed bool) string {
-		switch {
-		case !computed:
-			return "not computed"
-		case ok:
-			return "yes"
-		}
-		return "no"
-	}
 	for _, row := range recoveryRows() {
 		if row.big && !*bigChecks {
+			if *writeReadme {
+				key := fmt.Sprintf("| %s | %s | %d | ", row.alg, row.name, row.cfg.N)
+				i := strings.Index(got, key)
+				if i < 0 {
+					t.Fatalf("%s has no line for the big row %q to keep; rewrite with -dmutex.big", checkingPage, key)
+				}
+				line := got[i:]
+				line = line[:strings.Index(line, "\n")+1]
+				lines = append(lines, line)
+			}
 			continue
 		}
 		res, err := Check(context.Background(), row.cfg)
@@ -146,12 +150,12 @@ func TestCheckRecovery(t *testing.T) {
 			first = fmt.Sprintf("%s after %d steps: `%s`", v.Property, len(v.Transitions), strings.Join(v.Transitions, " "))
 		}
 		fenced := "not checked"
-		if res.FencedSafe != nil {
-			fenced = yes(*res.FencedSafe, true)
+		if res.Fenced {
+			fenced = res.FencedSafe.String()
 		}
-		live := res.Safe || res.FencedSafe != nil // with the store, liveness is computed past an overlap
+		// Each cell as dmutexcheck writes it: yes, no or undecided.
 		lines = append(lines, fmt.Sprintf("| %s | %s | %d | %s | %s | %s | %s | %s | %s |\n", row.alg, row.name, n, thousands(res.States),
-			yes(res.Safe, true), yes(res.DeadlockFree, live), yes(res.StarvationFree, res.Liveness), fenced, first))
+			res.Safe, res.DeadlockFree, res.StarvationFree, fenced, first))
 		if row.explain && res.Violation != nil {
 			fmt.Fprintf(&notes, "\nThe run the checker found for %s, %s, n = %d (%s):\n\n", row.alg, row.name, n, strings.TrimPrefix(res.Violation.Message, "dmutex: protocol violation: "))
 			for i, l := range res.Violation.Trace {
@@ -164,9 +168,6 @@ func TestCheckRecovery(t *testing.T) {
 	}
 	want := "| algorithm | configuration | n | states | safe | deadlock free | starvation free | fenced safe | first violation |\n" +
 		"| --- | --- | --- | --- | --- | --- | --- | --- | --- |\n" + strings.Join(lines, "") + notes.String()
-	const begin = "<!-- recovery table: go test -run TestCheckRecovery -dmutex.readme -dmutex.big . -->\n"
-	const end = "<!-- end recovery table -->\n"
-	got, rewrite := readmeSection(t, begin, end)
 	if *writeReadme {
 		if got != want {
 			rewrite(want)

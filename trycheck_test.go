@@ -76,9 +76,9 @@ func TestModelCheckTry(t *testing.T) {
 					res := mustCheck(t, mx.config(v.alg, v.opts, net))
 					require.Nil(t, res.Violation, "%v", res.Violation)
 					require.True(t, res.Complete, "stopped after %d states", res.States)
-					assert.True(t, res.Safe)
-					assert.True(t, res.DeadlockFree)
-					assert.True(t, res.StarvationFree)
+					assert.Equal(t, Holds, res.Safe)
+					assert.Equal(t, Holds, res.DeadlockFree)
+					assert.Equal(t, Holds, res.StarvationFree)
 					t.Logf("%s: %d states, %d transitions, %.2fs", name, res.States, res.Transitions, res.Seconds)
 				})
 			}

@@ -36,9 +36,20 @@
 // too wide for the rest of the run to bridge (dmutex.CheckConfig has the
 // details of each).
 //
-// Exit codes: 0 every property holds, 1 a violation was found, 2 bad
-// usage, 3 the state limit stopped the search before it found anything
-// (raise -max-states, or -max-states -1 for none).
+// Each property reads yes, no or undecided (true, false or null in
+// -json): undecided when the search stopped before it could decide it (at
+// the state limit, at an earlier violation, or at Ctrl-C), or when the
+// mode does not check it. A search stopped by Ctrl-C prints what it found
+// so far; a second Ctrl-C ends the command at once.
+//
+// Exit codes:
+//
+//	0  every property checked holds: the search saw every reachable state
+//	1  refuted: a violation was found (its counterexample is printed)
+//	2  bad usage
+//	3  undecided: the search stopped (-max-states, or Ctrl-C) before it
+//	   saw every state, with no violation so far
+//	4  the check could not run (an error other than bad usage)
 package main
 
 import (
@@ -59,15 +70,32 @@ import (
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
-	defer stop()
+	go func() {
+		<-ctx.Done()
+		stop() // a second Ctrl-C ends the command at once
+	}()
 	os.Exit(run(ctx, os.Args[1:], os.Stdout, os.Stderr))
 }
+
+// The exit codes.
+const (
+	exitHolds     = 0
+	exitRefuted   = 1
+	exitUsage     = 2
+	exitUndecided = 3
+	exitError     = 4
+)
 
 const usage = `Usage: dmutexcheck [flags]
 
 Explores every reachable state of a small cluster and checks its promises.
 A variant (-variant, see -list) implies its algorithm and the smallest
-configuration that refutes it; flags given explicitly override it.
+configuration that refutes it; flags given explicitly override it. Each
+property reads yes, no or undecided (the search stopped before deciding it).
+
+Exit codes: 0 every property checked holds, 1 a violation was found,
+2 bad usage, 3 undecided (the state limit or Ctrl-C stopped the search
+with no violation so far), 4 the check could not run.
 
 Flags:
 `
@@ -107,15 +135,17 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	mermaid := fs.Bool("mermaid", false, "also print the counterexample as a Mermaid diagram")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			return 0
+			return exitHolds
 		}
-		return 2
+		return exitUsage
 	}
 	bad := func(format string, a ...any) int {
 		fmt.Fprintf(stderr, "dmutexcheck: "+format+"\n", a...)
 		fs.Usage()
-		return 2
+		return exitUsage
 	}
+	set := map[string]bool{} // the flags given
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	if fs.NArg() > 0 {
 		return bad("unexpected argument %q", fs.Arg(0))
 	}
@@ -259,6 +289,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	default:
 		return bad("-detector: %q is not perfect or imperfect", *detector)
 	}
+	if set["false"] && cfg.Detector.Kind != dmutex.DetectorImperfect {
+		return bad("-false %d needs -detector imperfect: only an imperfect detector suspects live peers", *falseSus)
+	}
 	if *recovery {
 		cfg.Options = append(cfg.Options, dmutex.WithRecovery())
 	}
@@ -270,28 +303,33 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	switch {
 	case errors.Is(err, dmutex.ErrInvalidConfig):
 		return bad("%v", err)
-	case err != nil:
+	case err != nil && ctx.Err() == nil:
 		fmt.Fprintf(stderr, "dmutexcheck: %v\n", err)
-		return 1
+		return exitError
 	}
+	// Past here err, if any, is the context's: res is what the search
+	// found before it ended.
 	if *asJSON {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
 		if err := enc.Encode(res); err != nil {
 			fmt.Fprintf(stderr, "dmutexcheck: %v\n", err)
-			return 1
+			return exitError
 		}
 	} else {
 		writeText(stdout, res, *mermaid)
 	}
 	switch {
 	case res.Violation != nil:
-		return 1
+		return exitRefuted
+	case res.Stopped == dmutex.StoppedByContext:
+		fmt.Fprintf(stderr, "dmutexcheck: interrupted at %d states with no violation so far\n", res.States)
+		return exitUndecided
 	case !res.Complete:
-		fmt.Fprintf(stderr, "dmutexcheck: stopped at %d states with no violation so far; raise -max-states\n", res.States)
-		return 3
+		fmt.Fprintf(stderr, "dmutexcheck: stopped at %d states (%s) with no violation so far; raise -max-states\n", res.States, res.Stopped)
+		return exitUndecided
 	}
-	return 0
+	return exitHolds
 }
 
 func algNames() string {
@@ -364,25 +402,20 @@ func writeText(w io.Writer, r dmutex.CheckResult, mermaid bool) {
 	if r.Seconds > 0 {
 		rate = float64(r.States) / r.Seconds
 	}
-	complete := "complete"
-	if !r.Complete {
-		complete = "incomplete"
-	}
-	fmt.Fprintf(w, "%d states, %d transitions, %s, %s (%.0f states/s)\n", r.States, r.Transitions, complete,
+	fmt.Fprintf(w, "%d states, %d transitions, %s, %s (%.0f states/s)\n", r.States, r.Transitions, extent(r),
 		(time.Duration(r.Seconds * float64(time.Second))).Round(time.Millisecond), rate)
 	fmt.Fprintf(w, "safe: %v\ndeadlock free: %v\n", r.Safe, r.DeadlockFree)
-	if r.FencedSafe != nil {
-		fmt.Fprintf(w, "fenced safe: %v\n", *r.FencedSafe)
+	if r.Fenced {
+		fmt.Fprintf(w, "fenced safe: %v\n", r.FencedSafe)
 	}
-	if r.Liveness {
-		fmt.Fprintf(w, "starvation free: %v\n", r.StarvationFree)
-		if r.MaxOvertakes >= 0 {
-			fmt.Fprintf(w, "max overtakes: %d\n", r.MaxOvertakes)
-		} else {
-			fmt.Fprintln(w, "max overtakes: unbounded")
-		}
-	} else {
-		fmt.Fprintln(w, "starvation free, max overtakes: not computed")
+	fmt.Fprintf(w, "starvation free: %v\n", r.StarvationFree)
+	switch {
+	case !r.Liveness:
+		fmt.Fprintln(w, "max overtakes: undecided")
+	case r.MaxOvertakes >= 0:
+		fmt.Fprintf(w, "max overtakes: %d\n", r.MaxOvertakes)
+	default:
+		fmt.Fprintln(w, "max overtakes: unbounded")
 	}
 	if r.Blocked > 0 {
 		fmt.Fprintf(w, "blocked after a fault: %d states\n", r.Blocked)
@@ -399,6 +432,21 @@ func writeText(w io.Writer, r dmutex.CheckResult, mermaid bool) {
 			fmt.Fprintf(w, "\n%s", v.Mermaid)
 		}
 	}
+}
+
+// extent says how much of the state space the search saw.
+func extent(r dmutex.CheckResult) string {
+	switch {
+	case r.Complete:
+		return "complete"
+	case r.Stopped == dmutex.StoppedAtViolation:
+		return "stopped at a violation"
+	case r.Stopped == dmutex.StoppedByContext:
+		return "interrupted"
+	case r.Stopped != "":
+		return "stopped at the " + string(r.Stopped)
+	}
+	return "incomplete"
 }
 
 func requestsString(k int) string {

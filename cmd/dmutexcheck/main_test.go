@@ -99,7 +99,7 @@ func TestText(t *testing.T) {
 	code, stdout, _ = runCmd(t, "-alg", "raymond", "-tree", "-1,0,1", "-crash", "any")
 	require.Equal(t, 0, code, stdout)
 	assert.Contains(t, stdout, `faults="crash any"`)
-	assert.Contains(t, stdout, "safe: true")
+	assert.Contains(t, stdout, "safe: yes")
 	assert.Contains(t, stdout, "blocked after a fault")
 
 	code, stdout, _ = runCmd(t, "-alg", "maekawa", "-sets", "0,1/1,2/0,2", "-lose", "locked")
@@ -108,7 +108,8 @@ func TestText(t *testing.T) {
 
 	code, stdout, stderr := runCmd(t, "-alg", "ra", "-requests", "2", "-max-states", "50")
 	assert.Equal(t, 3, code)
-	assert.Contains(t, stdout, "incomplete")
+	assert.Contains(t, stdout, "stopped at the state limit")
+	assert.Contains(t, stdout, "deadlock free: undecided")
 	assert.Contains(t, stderr, "stopped at 50 states")
 
 	code, stdout, _ = runCmd(t, "-alg", "ricart-agrawala", "-implicit", "-net", "unordered")
@@ -134,6 +135,10 @@ func TestBadUsage(t *testing.T) {
 		{[]string{"-alg", "lamport", "-implicit"}, "WithImplicitReplies does not apply to lamport"},
 		{[]string{"-alg", "maekawa", "-sets", "0,x"}, `-sets: "0,x" is not a list of numbers`},
 		{[]string{"-alg", "lamport", "-max-states", "0"}, "-max-states: 0 is not a limit"},
+		// Issue 23 item 9: -false means nothing without an imperfect
+		// detector, so it is refused rather than ignored.
+		{[]string{"-alg", "lamport", "-false", "3"}, "-false 3 needs -detector imperfect"},
+		{[]string{"-alg", "lamport", "-detector", "perfect", "-false", "1"}, "-false 1 needs -detector imperfect"},
 		{[]string{"-alg", "lamport", "extra"}, `unexpected argument "extra"`},
 		{[]string{"-bogus"}, "flag provided but not defined: -bogus"},
 	}
@@ -170,8 +175,8 @@ func TestDetectorFlags(t *testing.T) {
 func TestFencedFlag(t *testing.T) {
 	code, stdout, stderr := runCmd(t, "-alg", "suzuki-kasami", "-n", "2", "-crash", "any", "-detector", "imperfect", "-recovery", "-fenced")
 	require.Equal(t, 1, code, stderr)
-	assert.Contains(t, stdout, "safe: false\n")
-	assert.Contains(t, stdout, "fenced safe: true\n")
+	assert.Contains(t, stdout, "safe: no\n")
+	assert.Contains(t, stdout, "fenced safe: yes\n")
 	code, stdout, stderr = runCmd(t, "-alg", "ricart-agrawala", "-n", "2", "-crash", "any", "-detector", "perfect", "-recovery", "-fenced", "-json")
 	require.Equal(t, 0, code, stderr)
 	var m map[string]any
@@ -271,4 +276,92 @@ func TestReductionFlags(t *testing.T) {
 	assert.Equal(t, 2, code)
 	assert.Empty(t, stdout)
 	assert.Contains(t, stderr, "PartialOrder with network unordered")
+}
+
+// TestUndecidedReadsUndecided: the reproductions of issue 22 item 4. A
+// property the search did not decide is null in JSON and "undecided" in
+// text, whatever stopped the search: a state limit, a deadlock it stopped
+// at, or a safety violation; and the text says why it stopped.
+func TestUndecidedReadsUndecided(t *testing.T) {
+	for _, tt := range []struct {
+		name      string
+		args      []string
+		code      int
+		stopped   dmutex.StopReason
+		undecided []string // JSON keys that must be null
+		decided   map[string]bool
+	}{
+		{
+			name: "state limit", args: []string{"-variant", "maekawa-textbook-failed", "-max-states", "1000"},
+			code: 3, stopped: dmutex.StoppedAtStateLimit,
+			undecided: []string{"safe", "deadlockFree", "starvationFree", "maxOvertakes", "fencedSafe"},
+		},
+		{
+			name: "stopped at a deadlock", args: []string{"-variant", "lamport-unordered", "-fenced"},
+			code: 1, stopped: dmutex.StoppedAtViolation,
+			undecided: []string{"fencedSafe", "maxOvertakes"},
+		},
+		{
+			name: "stopped at a safety violation", args: []string{"-alg", "ricart-agrawala", "-crash", "any", "-detector", "imperfect", "-false", "1", "-recovery"},
+			code: 1, stopped: dmutex.StoppedAtViolation,
+			undecided: []string{"deadlockFree", "starvationFree", "maxOvertakes", "fencedSafe"},
+			decided:   map[string]bool{"safe": false},
+		},
+		{
+			name: "safety only", args: []string{"-alg", "ricart-agrawala", "-safety-only"},
+			code:      0,
+			undecided: []string{"starvationFree", "maxOvertakes", "fencedSafe"},
+			decided:   map[string]bool{"safe": true, "deadlockFree": true, "complete": true},
+		},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			code, stdout, stderr := runCmd(t, append(tt.args, "-json")...)
+			require.Equal(t, tt.code, code, stderr)
+			var m map[string]any
+			require.NoError(t, json.Unmarshal([]byte(stdout), &m))
+			for _, k := range tt.undecided {
+				require.Contains(t, m, k)
+				assert.Nil(t, m[k], "%s was not decided", k)
+			}
+			for k, v := range tt.decided {
+				assert.Equal(t, v, m[k], k)
+			}
+			if tt.stopped != "" {
+				assert.Equal(t, false, m["complete"])
+				assert.Equal(t, string(tt.stopped), m["stopped"])
+			}
+
+			_, text, _ := runCmd(t, tt.args...)
+			for _, k := range tt.undecided {
+				label := map[string]string{"safe": "safe", "deadlockFree": "deadlock free",
+					"starvationFree": "starvation free", "maxOvertakes": "max overtakes"}[k]
+				if label != "" {
+					assert.Contains(t, text, "\n"+label+": undecided\n")
+				}
+			}
+			assert.NotContains(t, text, "incomplete", "the text says why the search stopped")
+		})
+	}
+}
+
+// TestInterrupted: a context that ends (Ctrl-C) prints the partial
+// result, with complete false, and exits 3, the code for undecided. The
+// root package's TestCheckCancel shows that the search ends at once.
+func TestInterrupted(t *testing.T) {
+	for _, n := range []string{"3", "65"} {
+		t.Run("n="+n, func(t *testing.T) {
+			ctx, cancel := context.WithCancel(context.Background())
+			cancel()
+			var out, errb bytes.Buffer
+			code := run(ctx, []string{"-alg", "ricart-agrawala", "-n", n, "-max-states", "-1", "-json"}, &out, &errb)
+			require.Equal(t, 3, code, errb.String())
+			var m map[string]any
+			require.NoError(t, json.Unmarshal(out.Bytes(), &m), errb.String())
+			assert.Equal(t, false, m["complete"])
+			assert.Equal(t, "canceled", m["stopped"])
+			assert.Equal(t, float64(1), m["states"])
+			assert.Nil(t, m["safe"])
+			assert.Contains(t, errb.String(), "interrupted at 1 states")
+		})
+	}
 }
