@@ -63,7 +63,7 @@ func docAlgs() []docAlg {
 		{"… implicit replies", RicartAgrawala, []Option{WithImplicitReplies()}, []Kind{KindRequest, KindReply}, false},
 		{"Maekawa", Maekawa, nil, []Kind{KindRequest, KindLocked, KindInquire, KindFailed, KindRelinquish, KindRelease}, false},
 		{"Suzuki-Kasami", SuzukiKasami, nil, []Kind{KindRequest, KindToken}, false},
-		{"token ring", TokenRing, nil, []Kind{KindToken}, false},
+		{"token ring", TokenRing, nil, []Kind{KindToken, KindRequest}, false}, // a request is the wake of a resting token
 		{"Raymond", Raymond, nil, []Kind{KindRequest, KindPrivilege}, false},
 		{"Roucairol-Carvalho", RoucairolCarvalho, nil, []Kind{KindRequest, KindReply}, false},
 		{"Naimi-Trehel", NaimiTrehel, nil, []Kind{KindRequest, KindToken}, false},
