@@ -21,6 +21,7 @@ const (
 	Raymond
 	RoucairolCarvalho
 	NaimiTrehel
+	LodhaKshemkalyani
 	numAlgorithms
 )
 
@@ -47,6 +48,7 @@ var algorithms = [numAlgorithms]algorithmSpec{
 	Raymond:           {name: "raymond", build: newRaymond},
 	RoucairolCarvalho: {name: "roucairol-carvalho", build: newRoucairol},
 	NaimiTrehel:       {name: "naimi-trehel", build: newNaimiTrehel},
+	LodhaKshemkalyani: {name: "lodha-kshemkalyani", fifo: true, build: newLodha},
 }
 
 // Algorithms returns every algorithm, in the order of the constants.

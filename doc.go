@@ -27,6 +27,7 @@
 //	RicartAgrawala             permission  2(n-1)                  any           CACM 1981
 //	  WithImplicitReplies      permission  2(n-1); k(n-1)+k(k-1)/2+k(n-k) for k contenders
 //	RoucairolCarvalho          permission  0 to 2(n-1)             any           CACM 1983
+//	LodhaKshemkalyani          permission  n-1 to 2(n-1)           FIFO          IEEE TPDS 2000
 //	Maekawa                    permission  3(K-1), K ≤ 2⌈√n⌉-1     FIFO          ACM TOCS 1985
 //	SuzukiKasami               token       0 if held, else n       any           ACM TOCS 1985
 //	TokenRing                  token       1 hop at full load      any           -
@@ -34,9 +35,9 @@
 //	NaimiTrehel                token       path + 1, O(log n) mean any           JPDC 1996
 //
 // Each constructor's doc comment ([NewCentralized], [NewLamport],
-// [NewRicartAgrawala], [NewRoucairolCarvalho], [NewMaekawa],
-// [NewSuzukiKasami], [NewTokenRing], [NewRaymond], [NewNaimiTrehel], or
-// [New] with an [Algorithm]) states its paper, channel
+// [NewRicartAgrawala], [NewRoucairolCarvalho], [NewLodhaKshemkalyani],
+// [NewMaekawa], [NewSuzukiKasami], [NewTokenRing], [NewRaymond],
+// [NewNaimiTrehel], or [New] with an [Algorithm]) states its paper, channel
 // assumption, message cost, fairness and failure behaviour. [NewMaekawa]'s also
 // explains this project's repair of Maekawa's deadlock handling: the
 // paper's FAILED rule deadlocks with four peers on the grid sets (the
@@ -51,7 +52,10 @@
 // Ricart-Agrawala is the classic fully distributed algorithm; Lamport's
 // costs a third more but shows the replicated-queue idea;
 // Roucairol-Carvalho's keeps each permission until it is asked for again,
-// so a peer that enters again before anybody else asks pays nothing.
+// so a peer that enters again before anybody else asks pays nothing;
+// Lodha-Kshemkalyani's keeps Ricart-Agrawala's (timestamp, id) order and
+// lets concurrent requests stand in for replies, down to n-1 requests and
+// one release per entry when all ask at once.
 // Maekawa trades
 // messages for smaller quorums: 2⌈√n⌉-1 peers at most on the grid, about
 // √n on a projective plane. Token algorithms cost nothing while the

@@ -80,7 +80,7 @@ func stateTable(t testing.TB, old map[string][]string) string {
 			order = append(order, name)
 			rows[name] = []string{"— (needs FIFO)", "— (needs FIFO)", "— (needs FIFO)", "— (needs FIFO)"}
 			for i := range rows[name] {
-				if cc.v.alg != Lamport && cc.v.alg != Maekawa {
+				if !cc.v.alg.NeedsFIFO() {
 					rows[name][i] = "—"
 				}
 			}

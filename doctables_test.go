@@ -67,6 +67,7 @@ func docAlgs() []docAlg {
 		{"Raymond", Raymond, nil, []Kind{KindRequest, KindPrivilege}, false},
 		{"Roucairol-Carvalho", RoucairolCarvalho, nil, []Kind{KindRequest, KindReply}, false},
 		{"Naimi-Trehel", NaimiTrehel, nil, []Kind{KindRequest, KindToken}, false},
+		{"Lodha-Kshemkalyani", LodhaKshemkalyani, nil, []Kind{KindRequest, KindReply, KindRelease}, false},
 	}
 }
 

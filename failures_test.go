@@ -44,6 +44,7 @@ func TestRuntimeFailureCells(t *testing.T) {
 		{"token ring | P0 crashes, idle", 1, crash(0)},
 		{"Roucairol-Carvalho | P2 crashes, idle", 1, crash(2)}, // 2 starts with no permission
 		{"Roucairol-Carvalho | P0 crashes, idle", 1, crash(0)}, // 0 starts with every one
+		{"Lodha-Kshemkalyani | P2 crashes, idle", 0, crash(2)},
 	} {
 		t.Run(tt.row, func(t *testing.T) {
 			r, ok := rows[tt.row]

@@ -214,6 +214,10 @@ var closedForms = []closedForm{
 		}
 		return map[string]uint64{"request": 1, "grant": 1, "release": 1}
 	}},
+	{variant{name: "lodha-kshemkalyani", alg: LodhaKshemkalyani}, func(n, _, _ int) map[string]uint64 {
+		// Alone, nobody's request is concurrent: every peer replies.
+		return map[string]uint64{"request": uint64(n - 1), "reply": uint64(n - 1)}
+	}},
 	{variant{name: "roucairol-carvalho", alg: RoucairolCarvalho}, func(n, id, round int) map[string]uint64 {
 		// A request and a reply for each permission elsewhere: in the
 		// first round, peer id lacks those of the peers before it, which

@@ -143,6 +143,20 @@ func TestSimulationKContenders(t *testing.T) {
 		{variant{name: "lamport", alg: Lamport}, func(n, k int) map[string]uint64 {
 			return map[string]uint64{"request": uint64(k * (n - 1)), "reply": uint64(k * (n - 1)), "release": uint64(k * (n - 1))}
 		}},
+		{variant{name: "lodha-kshemkalyani", alg: LodhaKshemkalyani}, func(n, k int) map[string]uint64 {
+			// Every request reaches the other contenders while theirs
+			// wait: concurrent, each stands in for a reply. The others
+			// reply, and each leaving contender but the last sends one
+			// release to the next.
+			want := map[string]uint64{"request": uint64(k * (n - 1))}
+			if k < n {
+				want["reply"] = uint64(k * (n - k))
+			}
+			if k > 1 {
+				want["release"] = uint64(k - 1)
+			}
+			return want
+		}},
 		{variant{name: "roucairol-carvalho", alg: RoucairolCarvalho}, func(_, k int) map[string]uint64 {
 			// From a fresh cluster: of each pair of contenders the lower
 			// id starts with the permission, enters first, and gives it

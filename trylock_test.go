@@ -99,6 +99,13 @@ func tryCostsWithZeros(v variant, n, h, j int) map[string]uint64 {
 		// The token jumps to j, and after j's release makes the idle lap
 		// of n hops that brings it back to rest at j.
 		return map[string]uint64{"try": 1, "token": k(1 + n)}
+	case LodhaKshemkalyani:
+		// As Ricart-Agrawala: a reply from each idle peer, busy from the
+		// holder.
+		if refused {
+			return map[string]uint64{"try": k(n - 1), "reply": k(n - 2), "busy": 1}
+		}
+		return map[string]uint64{"try": k(n - 1), "reply": k(n - 1)}
 	case RoucairolCarvalho:
 		// In a fresh cluster j lacks the permissions of the peers before
 		// it; the holder, peer 0, answers busy, the others give theirs.

@@ -131,6 +131,27 @@ var variantList = []Variant{
 		N:         2, Requests: 1, Network: NetworkFIFO,
 		wrap: func(m machine) machine { return &ntNoNext{m.(*naimiTrehel)} },
 	},
+	{
+		Name:      "lodha-kshemkalyani-unordered",
+		Algorithm: LodhaKshemkalyani,
+		Teaches:   "Lodha-Kshemkalyani needs FIFO channels: a request that overtakes the reply its sender sent before it looks concurrent to the receiver, which queues it as its own reply instead of answering it when it leaves, and its sender waits for ever.",
+		N:         3, Requests: 1, Network: NetworkUnordered,
+		unordered: true,
+	},
+	{
+		Name:      "lodha-kshemkalyani-no-release",
+		Algorithm: LodhaKshemkalyani,
+		Teaches:   "Lodha-Kshemkalyani's leaving peer must send the release (the paper's FLUSH) to the next concurrent request in its queue: that requester heard from it by its request alone, and waits for ever for the word that it has left.",
+		N:         2, Requests: 1, Network: NetworkFIFO,
+		wrap: func(m machine) machine { return &lkNoRelease{m.(*lodha)} },
+	},
+	{
+		Name:      "lodha-kshemkalyani-queue-served",
+		Algorithm: LodhaKshemkalyani,
+		Teaches:   "A Lodha-Kshemkalyani peer must not queue a request older than one it knows was served: it was served too, its release went elsewhere, and it heads the queue for ever.",
+		N:         3, Requests: 1, Network: NetworkFIFO,
+		wrap: func(m machine) machine { return &lkQueueServed{m.(*lodha)} },
+	},
 }
 
 // Variants returns every variant, in a fixed order. The slice is the
@@ -365,3 +386,35 @@ func (n *ntNoNext) step(ev event, out *output) {
 }
 
 func (n *ntNoNext) clone() machine { return &ntNoNext{n.naimiTrehel.clone().(*naimiTrehel)} }
+
+// Lodha-Kshemkalyani leaving without the release to the next concurrent
+// request.
+type lkNoRelease struct{ *lodha }
+
+func (l *lkNoRelease) step(ev event, out *output) {
+	n := len(out.msgs)
+	l.lodha.step(ev, out)
+	out.msgs = append(out.msgs[:n], slices.DeleteFunc(out.msgs[n:], func(m Message) bool { return m.Kind == KindRelease })...)
+}
+
+func (l *lkNoRelease) clone() machine { return &lkNoRelease{l.lodha.clone().(*lodha)} }
+
+// Lodha-Kshemkalyani queueing every concurrent request, even one older
+// than a request known to be served: the machine is stepped with that
+// knowledge hidden.
+type lkQueueServed struct{ *lodha }
+
+func (l *lkQueueServed) step(ev event, out *output) {
+	if ev.kind != evMessage || ev.msg.Kind != KindRequest {
+		l.lodha.step(ev, out)
+		return
+	}
+	served := l.served
+	l.served = lkEntry{}
+	l.lodha.step(ev, out)
+	if compareLK(served, l.served) > 0 {
+		l.served = served
+	}
+}
+
+func (l *lkQueueServed) clone() machine { return &lkQueueServed{l.lodha.clone().(*lodha)} }

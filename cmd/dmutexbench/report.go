@@ -55,6 +55,7 @@ var theories = map[string]theory{
 	"raymond":            {"2d, d = tree distance, O(log N)", nil, ""},
 	"roucairol-carvalho": {"0 to 2(N-1), 2 per permission elsewhere", nil, ""},
 	"naimi-trehel":       {"h+1, h = path, O(log N) mean", nil, ""},
+	"lodha-kshemkalyani": {"2(N-1)", func(n float64) float64 { return 2 * (n - 1) }, "; all ask: (N+1)(N-1)/N"},
 }
 
 var weaknesses = map[string]string{
@@ -68,6 +69,7 @@ var weaknesses = map[string]string{
 	"raymond":            "a lost token or dead inner node stops all",
 	"roucairol-carvalho": "a dead peer blocks all who need its permission",
 	"naimi-trehel":       "a lost token, or a dead peer on a path, stops all",
+	"lodha-kshemkalyani": "needs FIFO; any dead peer blocks all",
 }
 
 // measure runs every variant at every size under every load and returns

@@ -36,6 +36,7 @@ var textbook = map[string][2]string{
 	"raymond":            {"T log(N)/2", "T log(N)+E"},
 	"roucairol-carvalho": {"T", "2T+E"},
 	"naimi-trehel":       {"T", "T(log(N)+1)+E"},
+	"lodha-kshemkalyani": {"T", "2T+E"},
 }
 
 // A timedRow is the timed measurement of one variant at one size, every
