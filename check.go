@@ -472,9 +472,12 @@ func (v *Violation) Replay() (*World, error) {
 // in every state with nothing left to do, breadth first, so that a
 // counterexample is a shortest one. Two states are the same when they
 // encode the same (serial numbers of messages left out); 128-bit hashes
-// of the encodings are stored (hash compaction: a collision could hide
-// states, never report a false violation, and has a chance of about
-// s²/2^129 for s states).
+// of the encodings are stored (hash compaction). A collision, with a
+// chance below s²/2^129 for s states, would hide a state and those
+// reachable only through it: a Holds could then be wrong, while a
+// refuted safety, fenced safety or deadlock is always a state the search
+// reached by real steps; the graph that starvation and MaxOvertakes are
+// read from would join two states, which could add or hide a cycle.
 //
 // Once the search completes without a safety violation, it checks
 // starvation-freedom under weak fairness: every message in flight is

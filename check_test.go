@@ -5,8 +5,13 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"regexp"
 	"runtime"
 	"runtime/debug"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -649,6 +654,48 @@ func TestConcurrentChecksLeaveGCPercent(t *testing.T) {
 		require.NoError(t, err)
 	}
 	assert.Equal(t, 123, debug.SetGCPercent(123))
+}
+
+// TestHashCollisionNote writes docs/checking.md's chance of a hash
+// collision at the largest search the pages report: with s states and
+// 128-bit hashes, at most s(s-1)/2 pairs each collide with chance 2^-128
+// (the union bound), below s²/2^129. -update rewrites it.
+func TestHashCollisionNote(t *testing.T) {
+	largest := 0
+	files, err := filepath.Glob("docs/*.md")
+	require.NoError(t, err)
+	for _, f := range append(files, "README.md") {
+		b, err := os.ReadFile(f)
+		require.NoError(t, err)
+		for _, m := range statesCount.FindAllStringSubmatch(string(b), -1) {
+			k, err := strconv.Atoi(strings.ReplaceAll(m[1], ",", ""))
+			require.NoError(t, err)
+			largest = max(largest, k)
+		}
+	}
+	require.Greater(t, largest, DefaultMaxStates, "the pages report a search past the default limit")
+	chance := func(s int) float64 { return float64(s) * float64(s-1) / 2 / math.Pow(2, 128) }
+	note := fmt.Sprintf("The largest search these pages report, %s states, had a chance below %s that\n"+
+		"two of its states share a hash; a search that stops at the default limit\n"+
+		"(`DefaultMaxStates`, %s states), below %s.\n",
+		thousands(largest), scientific(chance(largest)), thousands(DefaultMaxStates), scientific(chance(DefaultMaxStates)))
+	page := readDoc(t, checkingPage)
+	page.replace(t, "<!-- BEGIN hash-collisions -->\n", "<!-- END hash-collisions -->", note)
+	page.finish(t)
+}
+
+// statesCount finds "27,253,788 states" in the pages.
+var statesCount = regexp.MustCompile(`\b([0-9]{1,3}(?:,[0-9]{3})+) states\b`)
+
+// scientific writes x, rounded up, as "6 × 10⁻²³".
+func scientific(x float64) string {
+	e := int(math.Floor(math.Log10(x)))
+	m := math.Ceil(x / math.Pow(10, float64(e)))
+	if m == 10 {
+		m, e = 1, e+1
+	}
+	sup := strings.NewReplacer("-", "⁻", "0", "⁰", "1", "¹", "2", "²", "3", "³", "4", "⁴", "5", "⁵", "6", "⁶", "7", "⁷", "8", "⁸", "9", "⁹")
+	return fmt.Sprintf("%g × 10%s", m, sup.Replace(strconv.Itoa(e)))
 }
 
 // BenchmarkCheck measures the checker: one op is one whole check, and
