@@ -22,6 +22,7 @@ const (
 	RoucairolCarvalho
 	NaimiTrehel
 	LodhaKshemkalyani
+	RicartAgrawalaToken
 	numAlgorithms
 )
 
@@ -39,16 +40,17 @@ type algorithmSpec struct {
 }
 
 var algorithms = [numAlgorithms]algorithmSpec{
-	Centralized:       {name: "centralized", build: newCentralized},
-	TokenRing:         {name: "token-ring", build: newTokenRing},
-	Lamport:           {name: "lamport", fifo: true, build: newLamport},
-	RicartAgrawala:    {name: "ricart-agrawala", build: newRicart},
-	Maekawa:           {name: "maekawa", fifo: true, build: newMaekawa},
-	SuzukiKasami:      {name: "suzuki-kasami", build: newSuzukiKasami},
-	Raymond:           {name: "raymond", build: newRaymond},
-	RoucairolCarvalho: {name: "roucairol-carvalho", build: newRoucairol},
-	NaimiTrehel:       {name: "naimi-trehel", build: newNaimiTrehel},
-	LodhaKshemkalyani: {name: "lodha-kshemkalyani", fifo: true, build: newLodha},
+	Centralized:         {name: "centralized", build: newCentralized},
+	TokenRing:           {name: "token-ring", build: newTokenRing},
+	Lamport:             {name: "lamport", fifo: true, build: newLamport},
+	RicartAgrawala:      {name: "ricart-agrawala", build: newRicart},
+	Maekawa:             {name: "maekawa", fifo: true, build: newMaekawa},
+	SuzukiKasami:        {name: "suzuki-kasami", build: newSuzukiKasami},
+	Raymond:             {name: "raymond", build: newRaymond},
+	RoucairolCarvalho:   {name: "roucairol-carvalho", build: newRoucairol},
+	NaimiTrehel:         {name: "naimi-trehel", build: newNaimiTrehel},
+	LodhaKshemkalyani:   {name: "lodha-kshemkalyani", fifo: true, build: newLodha},
+	RicartAgrawalaToken: {name: "ricart-agrawala-token", build: newRicartToken},
 }
 
 // Algorithms returns every algorithm, in the order of the constants.

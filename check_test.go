@@ -35,16 +35,17 @@ type checkExpectation struct {
 // a token algorithm, and the network models to check it over: FIFO only
 // for the algorithms that need it, both models otherwise.
 var expectations = [numAlgorithms]checkExpectation{
-	Centralized:       {order: orderCoordinator, nets: []Network{NetworkFIFO, NetworkUnordered}},
-	TokenRing:         {tokens: true, nets: []Network{NetworkFIFO, NetworkUnordered}},
-	Lamport:           {order: orderTimestamp, nets: []Network{NetworkFIFO}},
-	RicartAgrawala:    {order: orderTimestamp, nets: []Network{NetworkFIFO, NetworkUnordered}},
-	Maekawa:           {nets: []Network{NetworkFIFO}},
-	SuzukiKasami:      {tokens: true, nets: []Network{NetworkFIFO, NetworkUnordered}},
-	Raymond:           {tokens: true, nets: []Network{NetworkFIFO, NetworkUnordered}},
-	RoucairolCarvalho: {nets: []Network{NetworkFIFO, NetworkUnordered}},
-	NaimiTrehel:       {tokens: true, nets: []Network{NetworkFIFO, NetworkUnordered}},
-	LodhaKshemkalyani: {order: orderTimestamp, nets: []Network{NetworkFIFO}},
+	Centralized:         {order: orderCoordinator, nets: []Network{NetworkFIFO, NetworkUnordered}},
+	TokenRing:           {tokens: true, nets: []Network{NetworkFIFO, NetworkUnordered}},
+	Lamport:             {order: orderTimestamp, nets: []Network{NetworkFIFO}},
+	RicartAgrawala:      {order: orderTimestamp, nets: []Network{NetworkFIFO, NetworkUnordered}},
+	Maekawa:             {nets: []Network{NetworkFIFO}},
+	SuzukiKasami:        {tokens: true, nets: []Network{NetworkFIFO, NetworkUnordered}},
+	Raymond:             {tokens: true, nets: []Network{NetworkFIFO, NetworkUnordered}},
+	RoucairolCarvalho:   {nets: []Network{NetworkFIFO, NetworkUnordered}},
+	NaimiTrehel:         {tokens: true, nets: []Network{NetworkFIFO, NetworkUnordered}},
+	LodhaKshemkalyani:   {order: orderTimestamp, nets: []Network{NetworkFIFO}},
+	RicartAgrawalaToken: {tokens: true, nets: []Network{NetworkFIFO, NetworkUnordered}},
 }
 
 // checkCase is one configuration for the exhaustive check.
@@ -119,7 +120,7 @@ func checkCases() []checkCase {
 					case Centralized, Raymond:
 						cs = append(cs, checkCase{v: v, n: 4, requests: 2, net: net},
 							checkCase{v: v, n: 3, requests: 3, net: net})
-					case SuzukiKasami:
+					case SuzukiKasami, RicartAgrawalaToken:
 						cs = append(cs, checkCase{v: v, n: 4, requests: 1, net: net},
 							checkCase{v: v, n: 3, requests: 3, net: net, big: true})
 					case TokenRing, Maekawa:

@@ -33,11 +33,13 @@
 //	TokenRing                  token       1 hop at full load      any           -
 //	Raymond                    token       2 × tree distance       any           ACM TOCS 1989
 //	NaimiTrehel                token       path + 1, O(log n) mean any           JPDC 1996
+//	RicartAgrawalaToken        token       0 if held, else n       any           CACM 1983
 //
 // Each constructor's doc comment ([NewCentralized], [NewLamport],
 // [NewRicartAgrawala], [NewRoucairolCarvalho], [NewLodhaKshemkalyani],
 // [NewMaekawa], [NewSuzukiKasami], [NewTokenRing], [NewRaymond],
-// [NewNaimiTrehel], or [New] with an [Algorithm]) states its paper, channel
+// [NewNaimiTrehel], [NewRicartAgrawalaToken], or [New] with an
+// [Algorithm]) states its paper, channel
 // assumption, message cost, fairness and failure behaviour. [NewMaekawa]'s also
 // explains this project's repair of Maekawa's deadlock handling: the
 // paper's FAILED rule deadlocks with four peers on the grid sets (the

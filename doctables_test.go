@@ -68,6 +68,7 @@ func docAlgs() []docAlg {
 		{"Roucairol-Carvalho", RoucairolCarvalho, nil, []Kind{KindRequest, KindReply}, false},
 		{"Naimi-Trehel", NaimiTrehel, nil, []Kind{KindRequest, KindToken}, false},
 		{"Lodha-Kshemkalyani", LodhaKshemkalyani, nil, []Kind{KindRequest, KindReply, KindRelease}, false},
+		{"Ricart-Agrawala token", RicartAgrawalaToken, nil, []Kind{KindRequest, KindToken}, false},
 	}
 }
 

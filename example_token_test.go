@@ -111,3 +111,27 @@ func ExampleNewNaimiTrehel() {
 	// peer 1: entries=1 messages=3 (request=2 token=1)
 	// peer 1: entries=1 messages=0
 }
+
+// Ricart and Agrawala's token carries, for each peer, the number of its
+// last request served. A request goes to every other peer; the holder,
+// when it leaves, sends the token to the first peer after it, round the
+// ring, that has asked for more than it was served.
+func ExampleNewRicartAgrawalaToken() {
+	c, err := dmutex.NewRicartAgrawalaToken(4)
+	if err != nil {
+		panic(err)
+	}
+	defer c.Close()
+
+	for _, id := range []int{0, 2, 2, 1} {
+		before := c.Stats()
+		c.Peer(id).Lock()
+		c.Peer(id).Unlock()
+		fmt.Printf("peer %d: %v\n", id, c.Stats().Sub(before))
+	}
+	// Output:
+	// peer 0: entries=1 messages=0
+	// peer 2: entries=1 messages=4 (request=3 token=1)
+	// peer 2: entries=1 messages=0
+	// peer 1: entries=1 messages=4 (request=3 token=1)
+}

@@ -46,6 +46,9 @@ func TestTimedTextbook(t *testing.T) {
 		// ...Suzuki-Kasami's holder re-enters without a message (0 T) when
 		// it is the last holder: at light load 1/8 of the requests.
 		{SuzukiKasami, 1, 0.001, 2 + e, 0.3},
+		// Ricart and Agrawala's token likewise (the book's row is
+		// Suzuki-Kasami's; this is its ancestor, with the same messages).
+		{RicartAgrawalaToken, 1, 0.001, 2 + e, 0.3},
 		// The coordinator is one of the peers: its own entries and the
 		// grants after its own exits skip a message (2T (n-1)/n).
 		{Centralized, 2, 0.3, 2 + e, 0.3},

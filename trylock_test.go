@@ -80,7 +80,7 @@ func tryCostsWithZeros(v variant, n, h, j int) map[string]uint64 {
 			}
 		}
 		return want
-	case SuzukiKasami:
+	case SuzukiKasami, RicartAgrawalaToken:
 		if j == 0 && !refused {
 			return map[string]uint64{} // the idle token is here
 		}

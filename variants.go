@@ -152,6 +152,13 @@ var variantList = []Variant{
 		N:         3, Requests: 1, Network: NetworkFIFO,
 		wrap: func(m machine) machine { return &lkQueueServed{m.(*lodha)} },
 	},
+	{
+		Name:      "ricart-agrawala-token-outdated",
+		Algorithm: RicartAgrawalaToken,
+		Teaches:   "Ricart and Agrawala's idle holder must send the token only for a request above the one the token records as served: one that answers every request it receives sends the token for a late copy of a request already served, to a peer that no longer wants it, and a waiting request is never served.",
+		N:         3, Requests: 1, Network: NetworkUnordered,
+		wrap: func(m machine) machine { return &ratOutdated{m.(*ricartToken)} },
+	},
 }
 
 // Variants returns every variant, in a fixed order. The slice is the
@@ -418,3 +425,20 @@ func (l *lkQueueServed) step(ev event, out *output) {
 }
 
 func (l *lkQueueServed) clone() machine { return &lkQueueServed{l.lodha.clone().(*lodha)} }
+
+// Ricart and Agrawala's token sent for any request its idle holder
+// receives, outdated or not.
+type ratOutdated struct{ *ricartToken }
+
+func (r *ratOutdated) step(ev event, out *output) {
+	if m := ev.msg; ev.kind == evMessage && m.Kind == KindRequest && r.token != nil && !r.inside &&
+		m.From >= 0 && m.From < r.n && m.From != r.id {
+		r.req[m.From] = max(r.req[m.From], m.TS)
+		out.send(Message{Kind: KindToken, From: r.id, To: m.From, Token: r.token})
+		r.token = nil
+		return
+	}
+	r.ricartToken.step(ev, out)
+}
+
+func (r *ratOutdated) clone() machine { return &ratOutdated{r.ricartToken.clone().(*ricartToken)} }

@@ -26,17 +26,18 @@ const (
 // Computing, ch. 9): synchronization delay and light-load response time,
 // keyed by variant name.
 var textbook = map[string][2]string{
-	"centralized":        {"2T", "2T+E"},
-	"token-ring":         {"T", "up to NT+E"},
-	"lamport":            {"T", "2T+E"},
-	"ricart-agrawala":    {"T", "2T+E"},
-	implicitName:         {"T", "2T+E"},
-	"maekawa":            {"2T", "2T+E"},
-	"suzuki-kasami":      {"T", "2T+E"},
-	"raymond":            {"T log(N)/2", "T log(N)+E"},
-	"roucairol-carvalho": {"T", "2T+E"},
-	"naimi-trehel":       {"T", "T(log(N)+1)+E"},
-	"lodha-kshemkalyani": {"T", "2T+E"},
+	"centralized":           {"2T", "2T+E"},
+	"token-ring":            {"T", "up to NT+E"},
+	"lamport":               {"T", "2T+E"},
+	"ricart-agrawala":       {"T", "2T+E"},
+	implicitName:            {"T", "2T+E"},
+	"maekawa":               {"2T", "2T+E"},
+	"suzuki-kasami":         {"T", "2T+E"},
+	"raymond":               {"T log(N)/2", "T log(N)+E"},
+	"roucairol-carvalho":    {"T", "2T+E"},
+	"naimi-trehel":          {"T", "T(log(N)+1)+E"},
+	"lodha-kshemkalyani":    {"T", "2T+E"},
+	"ricart-agrawala-token": {"T", "2T+E"},
 }
 
 // A timedRow is the timed measurement of one variant at one size, every

@@ -409,7 +409,7 @@ func theoryOf(st *state) theory {
 				map[string]string{"request": n1, "reply": "N-1 alone, fewer in contention"}}
 		}
 		return theory{fmt.Sprintf("2(N-1) = %d", 2*(n-1)), map[string]string{"request": n1, "reply": n1}}
-	case dmutex.SuzukiKasami:
+	case dmutex.SuzukiKasami, dmutex.RicartAgrawalaToken:
 		return theory{fmt.Sprintf("N = %d (0 at the holder)", n), map[string]string{"request": n1, "token": "1"}}
 	case dmutex.Maekawa:
 		return theory{"3(K-1) to 5(K-1), K = voting set size",
