@@ -250,7 +250,7 @@ func TestNaimiTrehelCloneAndState(t *testing.T) {
 	nt.trying, nt.held = true, []int{2}
 	c := nt.clone().(*naimiTrehel)
 	require.Equal(t, nt.appendState(nil), c.appendState(nil))
-	c.step(ntMsg(KindRequest, 0, 3), &output{})
+	c.held[0] = 0
 	assert.Equal(t, []int{2}, nt.held, "a clone shares no held requests with its original")
 
 	a := newNTMachine(t, 2, 4)
@@ -286,6 +286,7 @@ func TestNaimiTrehelIdleViolation(t *testing.T) {
 		{"trying", func(x *naimiTrehel) { x.trying = true }, "keeps a request"},
 		{"held", func(x *naimiTrehel) { x.held = []int{2} }, "holds requests [2] back"},
 		{"next", func(x *naimiTrehel) { x.next = 2 }, "keeps NEXT = P2"},
+		{"next is peer 0", func(x *naimiTrehel) { x.next = 0 }, "keeps NEXT = P0"},
 		{"root without the token", func(x *naimiTrehel) { x.last = -1 }, "is the root true but holds the token false"},
 		{"token off the root", func(x *naimiTrehel) { x.token = true }, "is the root false but holds the token true"},
 	}

@@ -80,6 +80,12 @@ func TestRicartAgrawalaTokenStep(t *testing.T) {
 			wantReq: []uint64{0, 0, 0, 2},
 		},
 		{
+			name:    "a second message with the same number does not change its kind",
+			setup:   func(r *ricartToken) { r.req[3] = 2 },
+			ev:      ratMsg(KindTry, 3, 2),
+			wantReq: []uint64{0, 0, 0, 2},
+		},
+		{
 			name:    "an older request number does not lower what is recorded",
 			setup:   func(r *ricartToken) { r.req[3] = 2 },
 			ev:      ratMsg(KindRequest, 3, 1),
