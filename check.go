@@ -56,8 +56,12 @@ type CheckFaults struct {
 	Crash       bool // one peer may crash
 	CrashPeer   int  // with Crash: the peer that may crash, or AnyPeer
 	CrashInside bool // with Crash: only while it is inside the critical section
-	Lose        bool // one message in flight may be lost
-	LoseKind    Kind // with Lose: the kind of message that may be lost; 0 for any
+	// CrashWaiting, with Crash, lets the crash strike only a peer whose
+	// request is out and not yet served: one that may sit in a queue of
+	// the algorithm (a token's queue, a chain of NEXT pointers).
+	CrashWaiting bool
+	Lose         bool // one message in flight may be lost
+	LoseKind     Kind // with Lose: the kind of message that may be lost; 0 for any
 
 	// Partition, if not zero, lets the network split once into two
 	// groups, the peers whose bits are set (peer p is bit 1<<p) and the
@@ -84,6 +88,9 @@ func (f CheckFaults) String() string {
 	}
 	if f.Crash && f.CrashInside {
 		parts[len(parts)-1] += " inside"
+	}
+	if f.Crash && f.CrashWaiting {
+		parts[len(parts)-1] += " waiting"
 	}
 	if f.Lose {
 		if f.LoseKind == 0 {
@@ -710,6 +717,9 @@ func newChecker(cc CheckConfig) (*checker, error) {
 	if f := cc.Faults; f.Crash && (f.CrashPeer < AnyPeer || f.CrashPeer >= cc.N) {
 		return nil, fmt.Errorf("%w: crash of peer %d out of range [0, %d)", ErrInvalidConfig, f.CrashPeer, cc.N)
 	}
+	if f := cc.Faults; f.CrashWaiting && (!f.Crash || f.CrashInside) {
+		return nil, fmt.Errorf("%w: CrashWaiting needs Crash and excludes CrashInside (crash %v, inside %v)", ErrInvalidConfig, f.Crash, f.CrashInside)
+	}
 	if f := cc.Faults; f.Partition != 0 && cc.N >= 64 {
 		return nil, fmt.Errorf("%w: a partition of %d peers, want at most 63", ErrInvalidConfig, cc.N)
 	}
@@ -812,7 +822,7 @@ func (o *origin) world(trace bool) (*World, error) {
 		w.peers[p].tries = k
 	}
 	if f := o.faults; f.Crash {
-		w.f.crashLeft, w.f.crashWho, w.f.crashIn = 1, f.CrashPeer, f.CrashInside
+		w.f.crashLeft, w.f.crashWho, w.f.crashIn, w.f.crashWait = 1, f.CrashPeer, f.CrashInside, f.CrashWaiting
 	}
 	if f := o.faults; f.Partition != 0 {
 		var side []int

@@ -134,8 +134,21 @@ func crashRows(a docAlg) []failureRow {
 	}
 	cfg := base
 	cfg.Faults = CheckFaults{Crash: true, CrashPeer: AnyPeer, CrashInside: true}
-	return []failureRow{idle(0), idle(2), {alg: a, fault: "the holder crashes", cfg: cfg, big: a.alg == Lamport}}
+	rows := []failureRow{idle(0), idle(2), {alg: a, fault: "the holder crashes", cfg: cfg, big: a.alg == Lamport}}
+	if queuesWaiters[a.alg] && !a.recovery {
+		cfg := base
+		cfg.Faults = CheckFaults{Crash: true, CrashPeer: AnyPeer, CrashWaiting: true}
+		rows = append(rows, failureRow{alg: a, fault: "a waiting peer crashes", cfg: cfg})
+	}
+	return rows
 }
+
+// queuesWaiters are the token algorithms that keep waiting peers in a
+// queue that the token follows (Suzuki-Kasami's token queue, Raymond's
+// REQUEST_Qs, Naimi-Trehel's NEXT chain, the ring order of Ricart and
+// Agrawala's search): their failure rows add a crash of a waiting peer,
+// which the token may be sent to, or which the queue leads through.
+var queuesWaiters = map[Algorithm]bool{SuzukiKasami: true, Raymond: true, NaimiTrehel: true, RicartAgrawalaToken: true}
 
 // failureCells computes one row: a cell per peer.
 func failureCells(t testing.TB, r failureRow) []string {

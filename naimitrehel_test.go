@@ -1,6 +1,7 @@
 package dmutex
 
 import (
+	"context"
 	"fmt"
 	"math"
 	"strconv"
@@ -450,4 +451,52 @@ func TestNaimiTrehelTimed(t *testing.T) {
 	assert.Less(t, light.Messages, math.Log2(n)+1)
 	t.Logf("heavy: sync %.3f T, %.2f msgs per entry; light: response %.3f T, %.2f msgs per entry",
 		heavy.SyncDelay, heavy.Messages, light.Response, light.Messages)
+}
+
+// TestNaimiTrehelWaitingCrashBreaksNext shows the fault of the failure
+// table's row "a waiting peer crashes" on Naimi-Trehel's NEXT chain: peer
+// 0 is inside, peer 1 waits in its NEXT and peer 2 in peer 1's; peer 1
+// crashes, peer 0's release sends it the token, and peer 2 waits for
+// ever. The checker's crash of a waiting peer is enabled only while some
+// request waits, and a holder's crash is another fault.
+func TestNaimiTrehelWaitingCrashBreaksNext(t *testing.T) {
+	s, err := NewSimulation(NaimiTrehel, 3)
+	require.NoError(t, err)
+	require.NoError(t, s.Request(0))
+	require.NoError(t, s.Run())
+	require.NoError(t, s.Request(1))
+	require.NoError(t, s.Request(2))
+	for range 3 { // 1's request to 0; 2's to 0, then on to 1
+		_, err := s.Step()
+		require.NoError(t, err)
+	}
+	require.NoError(t, s.Crash(1))
+	err = s.Run()
+	require.ErrorIs(t, err, ErrBlocked)
+	assert.Contains(t, err.Error(), "2")
+
+	res := mustCheck(t, CheckConfig{Algorithm: NaimiTrehel, N: 3, Requests: 1,
+		Faults: CheckFaults{Crash: true, CrashPeer: AnyPeer, CrashWaiting: true}})
+	assert.Equal(t, Holds, res.Safe)
+	assert.Positive(t, res.Blocked, "a crash in the NEXT chain blocks a survivor")
+	assert.Equal(t, "crash any waiting", res.Faults)
+
+	c, err := newChecker(CheckConfig{Algorithm: NaimiTrehel, N: 2, Requests: 1,
+		Faults: CheckFaults{Crash: true, CrashPeer: AnyPeer, CrashWaiting: true}})
+	require.NoError(t, err)
+	w, err := c.startWorld(true)
+	require.NoError(t, err)
+	for _, tr := range w.Transitions() {
+		require.NotEqual(t, TransCrash, tr.Kind, "nobody waits yet")
+	}
+	require.NoError(t, w.Request(1))
+	_, ok := w.Find("c1")
+	assert.True(t, ok, "peer 1 waits: it may crash")
+	_, ok = w.Find("c0")
+	assert.False(t, ok, "peer 0 does not wait")
+
+	for _, f := range []CheckFaults{{CrashWaiting: true}, {Crash: true, CrashPeer: AnyPeer, CrashInside: true, CrashWaiting: true}} {
+		_, err := Check(context.Background(), CheckConfig{Algorithm: NaimiTrehel, N: 3, Faults: f})
+		require.ErrorIs(t, err, ErrInvalidConfig, "%+v", f)
+	}
 }

@@ -26,6 +26,7 @@ type worldFaults struct {
 	crashLeft int     // crashes still allowed
 	crashWho  int     // the peer that may crash, or -1 for any
 	crashIn   bool    // a peer may crash only inside the critical section
+	crashWait bool    // a peer may crash only while its request waits
 	loseLeft  int     // losses of a message in flight still allowed
 	loseKind  Kind    // the kind that may be lost; 0 for any
 	partLeft  int     // partitions still allowed

@@ -14,7 +14,8 @@
 //
 // The faults, each at most once at any point of a run: -crash any or
 // -crash ID (a peer crashes for good; -crash-inside only while it is
-// inside, and alone means any peer), -lose any or -lose KIND (a message
+// inside, -crash-waiting only while its request waits, and each alone
+// means any peer), -lose any or -lose KIND (a message
 // in flight is lost), -partition 0,1 (those peers are cut off from the
 // others, and every message between the two sides is lost; -heal lets the
 // partition end once, later).
@@ -122,6 +123,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	tree := fs.String("tree", "", "Raymond's tree as each peer's parent, -1 for the root, such as \"-1,0,0\"")
 	crash := fs.String("crash", "", "one crash at any point: \"any\" peer, or a peer id")
 	crashInside := fs.Bool("crash-inside", false, "the crash strikes only a peer inside the critical section (with -crash; alone, it means -crash any)")
+	crashWaiting := fs.Bool("crash-waiting", false, "the crash strikes only a peer whose request waits (with -crash; alone, it means -crash any)")
 	partition := fs.String("partition", "", "one partition at any point, cutting off these peers from the rest, such as \"0,1\"")
 	heal := fs.Bool("heal", false, "with -partition: the partition may heal once, at any later point")
 	lose := fs.String("lose", "", "one lost message at any point: \"any\" kind, or a kind such as reply")
@@ -247,6 +249,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			cfg.Faults.Crash, cfg.Faults.CrashPeer = true, dmutex.AnyPeer
 		}
 		cfg.Faults.CrashInside = true
+	}
+	if *crashWaiting {
+		if !cfg.Faults.Crash {
+			cfg.Faults.Crash, cfg.Faults.CrashPeer = true, dmutex.AnyPeer
+		}
+		cfg.Faults.CrashWaiting = true
 	}
 	if *partition != "" {
 		side, err := parseInts(*partition)
