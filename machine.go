@@ -108,22 +108,68 @@ func (t *Token) clone() *Token {
 // either enters (output.enter) or refuses (output.refuse), in the step of
 // evTry itself or in the step of a later message, and after a refusal it
 // and every other machine are left with nothing that waits for the try.
+//
+// The machine contract: every machine implements machine and describer.
+// What else it may implement, each optional interface declared in this
+// file but needer (reach.go), and who asks:
+//
+//   - assigner: copy a state into a spare machine without allocating
+//     (World.machine, for the checker's clones).
+//   - clockMachine: stamps that matter only through their order, encoded
+//     shifted and capped (World.appendState, World.stamps,
+//     World.stampGap, World.triesOver; World.classify turns it on).
+//   - tokenHolder: hold and carry the one token (World.checkTokens, and
+//     World.carriesToken for every message sent, delivered or lost).
+//   - regenerator: tokens of several epochs (World.classify,
+//     World.checkEpochs).
+//   - fencer: fences of its own, such as a token's epoch (entryFence, for
+//     Peer.entryFenceLocked and the World's fenced store).
+//   - timestamped: entries in (timestamp, id) order (World.classify, and
+//     World.enter's check of the order).
+//   - coordinated: entries in order of arrival at a coordinator
+//     (World.classify, World.ask, World.try, World.deliver, World.enter).
+//   - idleChecker: what must hold at rest (World.finalCheck).
+//   - needer, in reach.go: the peers a request can wait for
+//     (Peer.unreachableLocked, under WithUnreachableAfter).
+//
+// A variant (variants.go) wraps a real machine and must keep every
+// interface the real one has; its clone must return the wrapper. The
+// machine-contract test (machine_test.go) holds every algorithm and
+// variant to clone, assign and appendState: a field that clone or assign
+// does not copy, or that the encoding does not see without a reason
+// listed there, fails it.
 type machine interface {
 	step(ev event, out *output)
 
-	// clone returns a deep copy that shares no memory with the receiver.
+	// clone returns a deep copy that shares no memory with the receiver:
+	// World.machine copies a machine before it steps one that a clone of
+	// the world shares, and Peer.entersAtOnceLocked steps a copy to see
+	// what a request would do.
 	clone() machine
 
 	// appendState appends a canonical encoding of the state to b: two
 	// machines of one algorithm encode equally exactly when they would
-	// behave the same from now on.
+	// behave the same from now on. The checker hashes it into the
+	// world's state (World.appendState), and the runtime's fast path
+	// compares it before and after a local round to find that the round
+	// changed nothing (fastpath.go), so whatever a later step can read
+	// must be encoded.
 	appendState(b []byte) []byte
+}
+
+// describer is implemented by every machine: its state for people, one
+// labelled field at a time (World.Describe, for World.String and the
+// lab).
+type describer interface {
+	describe() []Field
 }
 
 // assigner is implemented by machines that can take over the state of
 // another machine of their type, reusing their own arrays, so that the
-// checker copies a state without allocating. assign reports false, and
-// changes nothing, when src is of another type.
+// checker copies a state without allocating (World.machine, with the
+// spares cloneInto keeps). assign reports false, and changes nothing,
+// when src is of another type; afterwards the receiver must be what
+// src.clone() would have returned.
 type assigner interface {
 	assign(src machine) bool
 }
@@ -151,6 +197,8 @@ func reuse[T any](dst, src []T) []T {
 // own encoding implies: no try will be made or delivered again (every
 // peer's budget of tries is spent and no try is in flight). appendStamps
 // appends every stamp appendStateIn would encode with that noTries.
+// World.classify uses it only over FIFO queues and when every machine of
+// the world implements it.
 type clockMachine interface {
 	appendStateIn(b []byte, noTries bool, sm *stampMap) []byte
 	appendStamps(s []uint64, noTries bool) []uint64
@@ -195,16 +243,42 @@ type regenerator interface {
 // must not come from the count of entries alone: nextFence returns the
 // fencing token of a hold that begins now, given the highest fence the
 // peer has seen, and must be larger than it. A machine without it takes
-// fence+1.
+// fence+1 or a fence of a new epoch (entryFence in reach.go, which both
+// Peer.entryFenceLocked and World.enter call).
 type fencer interface {
 	nextFence(fence uint64) uint64
 }
 
 // timestamped is implemented by machines that promise entries in
-// (timestamp, id) order; requestTS is the timestamp of the peer's latest
-// request.
+// (timestamp, id) order, which the World checks at every entry
+// (World.enter); requestTS is the timestamp of the peer's latest request.
 type timestamped interface {
 	requestTS() uint64
+}
+
+// coordinated is implemented by machines whose coordinator grants in the
+// order requests arrive there, which the World checks at every entry
+// (World.enter). coordinatorID names the coordinator, or is -1 when the
+// coordinator changes (centralized failover) and no order is promised
+// across the changes. The coordinator's own requests and tries arrive
+// when it makes them; of a message m delivered to the coordinator,
+// requestArrives reports whether it is a request that arrives as it is
+// delivered, and tryGranted, asked after the step on m with what that
+// step sent, whether it is a try granted in that step, which arrives only
+// then (a try is never queued).
+type coordinated interface {
+	coordinatorID() int
+	requestArrives(m Message) bool
+	tryGranted(m Message, sent []Message) bool
+}
+
+// idleChecker is implemented by machines that can say what must hold of
+// them once the whole cluster is at rest, with nothing in flight and
+// nobody waiting (a Maekawa voter's vote must be home), which the World
+// checks when nothing is left to do (World.finalCheck). idleViolation
+// returns "" when all is well.
+type idleChecker interface {
+	idleViolation() string
 }
 
 type eventKind uint8
@@ -347,34 +421,4 @@ func describePeers(ids []int) string {
 		parts[i] = fmt.Sprintf("P%d", id)
 	}
 	return "[" + strings.Join(parts, " ") + "]"
-}
-
-// coordinated is implemented by machines whose coordinator grants in the
-// order requests arrive there, which the World checks at every entry
-// (World.enter). coordinatorID names the coordinator, or is -1 when the
-// coordinator changes (centralized failover) and no order is promised
-// across the changes. The coordinator's own requests and tries arrive
-// when it makes them; of a message m delivered to the coordinator,
-// requestArrives reports whether it is a request that arrives as it is
-// delivered, and tryGranted, asked after the step on m with what that
-// step sent, whether it is a try granted in that step, which arrives only
-// then (a try is never queued).
-type coordinated interface {
-	coordinatorID() int
-	requestArrives(m Message) bool
-	tryGranted(m Message, sent []Message) bool
-}
-
-// idleChecker is implemented by machines that can say what must hold of
-// them once the whole cluster is at rest, with nothing in flight and
-// nobody waiting (a Maekawa voter's vote must be home). idleViolation
-// returns "" when all is well.
-type idleChecker interface {
-	idleViolation() string
-}
-
-// describer is implemented by every machine: its state for people, one
-// labelled field at a time.
-type describer interface {
-	describe() []Field
 }
