@@ -128,6 +128,15 @@ var unseenFields = map[Algorithm][]unseenField{
 			return !s.recovery || !s.collecting
 		}},
 	},
+	RoucairolCarvalho: {
+		{field: "nperm", why: "the count of perm's true entries, which the encoding holds"},
+	},
+	LodhaKshemkalyani: {
+		{field: "nheard", why: "the count of heard's true entries, which the encoding holds"},
+	},
+	RicartAgrawalaToken: {
+		{field: "token", why: "the token's Queue, which this algorithm never fills (onToken refuses a token with one)", when: func(_ machine, path string) bool { return strings.HasPrefix(path, "token.Queue") }},
+	},
 	TokenRing: {
 		{field: "hop", why: "read only while the token is here; it arrives with the hop", when: func(m machine, _ string) bool { return !inner[tokenRing](m).hold }},
 		{field: "next", why: "read only while the token is away; the token brings it up to date", when: func(m machine, _ string) bool { return inner[tokenRing](m).hold }},
