@@ -123,11 +123,11 @@ func (t *Token) clone() *Token {
 //   - regenerator: tokens of several epochs (World.classify,
 //     World.checkEpochs).
 //   - fencer: fences of its own, such as a token's epoch (entryFence, for
-//     Peer.entryFenceLocked and the World's fenced store).
+//     the per-peer driver's driver.takeFence, under Peer and World alike).
 //   - timestamped: entries in (timestamp, id) order (World.classify, and
-//     World.enter's check of the order).
+//     worldHost.entered's check of the order).
 //   - coordinated: entries in order of arrival at a coordinator
-//     (World.classify, World.ask, World.try, World.deliver, World.enter).
+//     (World.classify, worldHost.asked, World.deliver, worldHost.entered).
 //   - idleChecker: what must hold at rest (World.finalCheck).
 //   - needer, in reach.go: the peers a request can wait for
 //     (Peer.unreachableLocked, under WithUnreachableAfter).
@@ -243,22 +243,22 @@ type regenerator interface {
 // must not come from the count of entries alone: nextFence returns the
 // fencing token of a hold that begins now, given the highest fence the
 // peer has seen, and must be larger than it. A machine without it takes
-// fence+1 or a fence of a new epoch (entryFence in reach.go, which both
-// Peer.entryFenceLocked and World.enter call).
+// fence+1 or a fence of a new epoch (entryFence in reach.go, which the
+// per-peer driver calls in driver.takeFence, for Peer and World alike).
 type fencer interface {
 	nextFence(fence uint64) uint64
 }
 
 // timestamped is implemented by machines that promise entries in
 // (timestamp, id) order, which the World checks at every entry
-// (World.enter); requestTS is the timestamp of the peer's latest request.
+// (worldHost.entered); requestTS is the timestamp of the peer's latest request.
 type timestamped interface {
 	requestTS() uint64
 }
 
 // coordinated is implemented by machines whose coordinator grants in the
 // order requests arrive there, which the World checks at every entry
-// (World.enter). coordinatorID names the coordinator, or is -1 when the
+// (worldHost.entered). coordinatorID names the coordinator, or is -1 when the
 // coordinator changes (centralized failover) and no order is promised
 // across the changes. The coordinator's own requests and tries arrive
 // when it makes them; of a message m delivered to the coordinator,
