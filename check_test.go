@@ -120,6 +120,11 @@ func checkCases() []checkCase {
 					case Centralized, Raymond:
 						cs = append(cs, checkCase{v: v, n: 4, requests: 2, net: net},
 							checkCase{v: v, n: 3, requests: 3, net: net})
+					case NaimiTrehel:
+						// 43,346 states with the graph at n = 4, r = 2:
+						// seconds under -race.
+						cs = append(cs, checkCase{v: v, n: 4, requests: 2, net: net, big: true, live: true},
+							checkCase{v: v, n: 3, requests: 3, net: net})
 					case SuzukiKasami, RicartAgrawalaToken:
 						cs = append(cs, checkCase{v: v, n: 4, requests: 1, net: net},
 							checkCase{v: v, n: 3, requests: 3, net: net, big: true})

@@ -45,8 +45,8 @@ import "fmt"
 // by later requests it has not yet passed, and those may reach the root
 // first, so a request can be overtaken by each other peer as often as
 // that peer requests (Check finds (n-1)·r entries by others between a
-// request and its entry for r requests per peer: n = 3 with r = 1 and 2,
-// n = 2 with r = 4, n = 4 with r = 1).
+// request and its entry for r requests per peer: n = 3 with r = 1 to 3,
+// n = 2 with r = 4, n = 4 with r = 1 and 2).
 //
 // Failures: the algorithm assumes reliable peers and channels; the
 // paper's fault-tolerant extension is not implemented. A lost token
