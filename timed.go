@@ -195,6 +195,17 @@ func (r *timedRun) schedule() {
 	r.seen = seen
 }
 
+// inside returns the peer inside, or -1: one at most, or the world
+// would have failed.
+func (r *timedRun) inside() int {
+	for p := range r.w.N() {
+		if r.w.Peer(p).Inside {
+			return p
+		}
+	}
+	return -1
+}
+
 // arrival schedules peer's next Poisson arrival.
 func (r *timedRun) arrival(peer int) {
 	r.push(timedEvent{at: r.now + r.rng.ExpFloat64()/r.tm.Rate, kind: timedArrive, peer: peer})
@@ -271,10 +282,9 @@ func (r *timedRun) run() (TimedResult, error) {
 		if err != nil {
 			return res, err
 		}
-		if len(r.w.inside) > 0 && holder < 0 {
+		if p := r.inside(); p >= 0 && holder < 0 {
 			// An entry, in a delivery or in a request (a holder re-entering
 			// on its own, a coordinator granting itself).
-			p := r.w.inside[0]
 			holder = p
 			entries++
 			entryIdx[p] = entries
