@@ -33,11 +33,26 @@ type Transport interface {
 // itself, from the goroutine that received it, instead of through Recv:
 // the peer then steps its machine in that goroutine, which saves a
 // goroutine hand-off per message. NewPeer calls SetDeliver once, before
-// it uses Recv; SetDeliver reports false, and changes nothing, if the
-// transport cannot switch (for instance because it has already sent a
-// message on Recv), and the peer reads Recv as usual.
+// it uses Recv, with self the very Transport it was given; SetDeliver
+// reports false, and changes nothing, if self is not the Deliverer itself
+// (see below) or if the transport cannot switch (for instance because it
+// has already sent a message on Recv), and the peer reads Recv as usual.
 //
-// After SetDeliver(f) returns true, the transport calls f for every
+// Embedding: a wrapper such as struct{ *grpctransport.Transport; ... }
+// that declares its own Recv (to inspect, filter or authorize incoming
+// messages) has the embedded SetDeliver promoted into its method set, so
+// it is a Deliverer too. Were the promoted method to switch, the messages
+// would bypass the wrapper's Recv. The self argument prevents that: the
+// promoted method runs on the embedded transport, which sees a self that
+// is not itself (it is the wrapper) and refuses, so a peer over the
+// wrapper reads the wrapper's Recv. Every Deliverer must make that check
+// (a type assertion to its own type and a pointer comparison, not an
+// interface ==, which panics for an uncomparable wrapper). A wrapper that
+// wants push delivery chooses it by declaring SetDeliver itself, and
+// passes on its embedded transport as self, with a function of its own
+// around f if it inspects messages.
+//
+// After SetDeliver(self, f) returns true, the transport calls f for every
 // message it would have sent on Recv, in the same order per sender, and
 // sends nothing on Recv, which it still closes at Close. f may be called
 // from several goroutines at once (the peer serialises them) and until
@@ -45,7 +60,7 @@ type Transport interface {
 // The gRPC transport is one.
 type Deliverer interface {
 	Transport
-	SetDeliver(f func(Message)) bool
+	SetDeliver(self Transport, f func(Message)) bool
 }
 
 // mailboxSize is the buffer of each endpoint's receive channel. Messages

@@ -3,6 +3,7 @@ package dmutex
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -37,8 +38,8 @@ func (p *pushEndpoint) Recv() <-chan Message {
 	return p.ChanEndpoint.Recv()
 }
 
-func (p *pushEndpoint) SetDeliver(f func(Message)) bool {
-	if !p.accept {
+func (p *pushEndpoint) SetDeliver(self Transport, f func(Message)) bool {
+	if s, ok := self.(*pushEndpoint); !ok || s != p || !p.accept {
 		return false
 	}
 	p.wg.Go(func() {
@@ -104,6 +105,116 @@ func TestPeerUsesDeliverer(t *testing.T) {
 				}
 			}
 			assert.Equal(t, uint64(2*(n-1)*n*rounds), messages, "2(n-1) messages per entry")
+		})
+	}
+}
+
+// recvWrapper is middleware of the common Go kind: it embeds a
+// Deliverer, so SetDeliver is promoted into its method set, and declares
+// its own Recv, which counts every message on its way to the peer. It
+// reads src, the embedded transport's own channel, in a goroutine of its
+// own that ends when src is closed; a nil src closes Recv at once.
+type recvWrapper struct {
+	Deliverer
+	out  chan Message
+	done chan struct{} // closed by Close
+	seen atomic.Int64
+	wg   sync.WaitGroup
+}
+
+func newRecvWrapper(d Deliverer, src <-chan Message) *recvWrapper {
+	w := &recvWrapper{Deliverer: d, out: make(chan Message), done: make(chan struct{})}
+	if src == nil {
+		close(w.out)
+		return w
+	}
+	w.wg.Go(func() {
+		defer close(w.out)
+		for m := range src {
+			w.seen.Add(1)
+			select {
+			case w.out <- m:
+			case <-w.done:
+				return
+			}
+		}
+	})
+	return w
+}
+
+func (w *recvWrapper) Recv() <-chan Message { return w.out }
+
+func (w *recvWrapper) Close() error {
+	close(w.done)
+	err := w.Deliverer.Close()
+	w.wg.Wait()
+	return err
+}
+
+// pushWrapper is a recvWrapper that chooses push delivery: it declares
+// SetDeliver, passes on its embedded transport as self and counts the
+// messages in a function around the peer's.
+type pushWrapper struct{ *recvWrapper }
+
+func (w pushWrapper) SetDeliver(self Transport, f func(Message)) bool {
+	if s, ok := self.(pushWrapper); !ok || s != w {
+		return false
+	}
+	return w.Deliverer.SetDeliver(w.Deliverer, func(m Message) {
+		w.seen.Add(1)
+		f(m)
+	})
+}
+
+// TestEmbeddingWrapperKeepsItsRecv runs Ricart-Agrawala peers over
+// wrappers that embed a Deliverer (pushEndpoint, which would accept):
+// a wrapper's own Recv must see every message, since the SetDeliver it
+// gets by promotion must not switch the embedded transport behind its
+// back; a wrapper that declares SetDeliver and forwards itself gets push
+// delivery, through its own function.
+func TestEmbeddingWrapperKeepsItsRecv(t *testing.T) {
+	for _, push := range []bool{false, true} {
+		t.Run(map[bool]string{false: "promoted", true: "declared"}[push], func(t *testing.T) {
+			const n, rounds = 3, 10
+			nw := NewChanNetwork(n)
+			ws := make([]*recvWrapper, n)
+			peers := make([]*Peer, n)
+			for i := range n {
+				e := newPushEndpoint(nw.Endpoint(i), true)
+				var tr Transport
+				if push {
+					ws[i] = newRecvWrapper(e, nil)
+					tr = pushWrapper{ws[i]}
+				} else {
+					ws[i] = newRecvWrapper(e, e.ChanEndpoint.Recv())
+					tr = ws[i]
+				}
+				p, err := NewPeer(RicartAgrawala, i, n, tr)
+				require.NoError(t, err)
+				peers[i] = p
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), deadline)
+			defer cancel()
+			var wg sync.WaitGroup
+			for _, p := range peers {
+				wg.Go(func() {
+					for range rounds {
+						if !assert.NoError(t, p.LockContext(ctx)) {
+							return
+						}
+						p.Unlock()
+					}
+				})
+			}
+			wg.Wait()
+			var sent, seen int64
+			for i, p := range peers {
+				sent += int64(p.Stats().Messages)
+				require.NoError(t, p.Close())
+				seen += ws[i].seen.Load()
+			}
+			assert.Equal(t, int64(2*(n-1)*n*rounds), sent, "2(n-1) messages per entry")
+			assert.Equal(t, sent, seen, "messages that went past the wrappers")
 		})
 	}
 }

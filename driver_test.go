@@ -126,7 +126,10 @@ func (e diffEnd) Send(to int, m Message) error {
 func (e diffEnd) Recv() <-chan Message { return nil }
 func (e diffEnd) Close() error         { return nil }
 
-func (e diffEnd) SetDeliver(f func(Message)) bool {
+func (e diffEnd) SetDeliver(self Transport, f func(Message)) bool {
+	if s, ok := self.(diffEnd); !ok || s != e {
+		return false
+	}
 	e.nw.mu.Lock()
 	defer e.nw.mu.Unlock()
 	e.nw.push[e.id] = f

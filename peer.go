@@ -111,7 +111,7 @@ func startPeer(alg Algorithm, id, n int, m machine, tr Transport, cfg *config) *
 		p.wg.Add(1)
 		go p.watch()
 	}
-	if d, ok := tr.(Deliverer); !ok || !d.SetDeliver(p.push) {
+	if d, ok := tr.(Deliverer); !ok || !d.SetDeliver(tr, p.push) {
 		p.wg.Add(1)
 		go p.receive(tr.Recv())
 	}

@@ -23,7 +23,13 @@
 // for a peer whose process is gone returns [dmutex.ErrPeerUnreachable].
 // It also implements [dmutex.Deliverer]: a Peer's machine steps for each
 // message in the goroutine that read it from its sender's stream, one
-// goroutine hand-off fewer than through Recv.
+// goroutine hand-off fewer than through Recv. It switches only when the
+// Peer was given the *Transport itself: a wrapper that embeds a
+// *Transport and declares its own Recv (middleware that inspects, filters
+// or authorizes messages) keeps its Recv in use, although SetDeliver is
+// promoted into its method set, since the promoted method sees that the
+// peer's transport is the wrapper and refuses. A wrapper that wants push
+// delivery declares SetDeliver and passes on its *Transport as self.
 //
 // # Wire
 //

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"runtime"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -130,4 +131,83 @@ func sentTotal(trs []*Transport) uint64 {
 		s += tr.Stats().Sent
 	}
 	return s
+}
+
+// filterWrapper is middleware of the common Go kind around a Transport:
+// it embeds it, so SetDeliver is promoted into its method set, and
+// declares its own Recv, which counts every message on its way to the
+// peer, from a goroutine that reads the embedded Recv.
+type filterWrapper struct {
+	*Transport
+	out  chan dmutex.Message
+	done chan struct{} // closed by Close
+	seen atomic.Int64
+	wg   sync.WaitGroup
+}
+
+func newFilterWrapper(tr *Transport) *filterWrapper {
+	w := &filterWrapper{Transport: tr, out: make(chan dmutex.Message), done: make(chan struct{})}
+	w.wg.Go(func() {
+		defer close(w.out)
+		for m := range tr.Recv() {
+			w.seen.Add(1)
+			select {
+			case w.out <- m:
+			case <-w.done:
+				return
+			}
+		}
+	})
+	return w
+}
+
+func (w *filterWrapper) Recv() <-chan dmutex.Message { return w.out }
+
+func (w *filterWrapper) Close() error {
+	close(w.done)
+	err := w.Transport.Close()
+	w.wg.Wait()
+	return err
+}
+
+// TestEmbeddingWrapperKeepsItsRecv runs Ricart-Agrawala peers over gRPC
+// transports wrapped by filterWrapper: every message must pass the
+// wrapper's Recv, since the SetDeliver promoted from the embedded
+// Transport must not switch it to push delivery behind the wrapper's back.
+func TestEmbeddingWrapperKeepsItsRecv(t *testing.T) {
+	const n, rounds = 3, 5
+	ls, addrs := listeners(t, n)
+	peers := make([]*dmutex.Peer, n)
+	ws := make([]*filterWrapper, n)
+	for i := range n {
+		tr, err := New(i, addrs, WithListener(ls[i]), Insecure(), fastRetry, quiet)
+		require.NoError(t, err)
+		ws[i] = newFilterWrapper(tr)
+		p, err := dmutex.NewPeer(dmutex.RicartAgrawala, i, n, ws[i])
+		require.NoError(t, err)
+		peers[i] = p
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	eg, ctx := errgroup.WithContext(ctx)
+	for _, p := range peers {
+		eg.Go(func() error {
+			for range rounds {
+				if err := p.LockContext(ctx); err != nil {
+					return err
+				}
+				p.Unlock()
+			}
+			return nil
+		})
+	}
+	require.NoError(t, eg.Wait())
+	var sent, seen int64
+	for i, p := range peers {
+		sent += int64(p.Stats().Messages)
+		require.NoError(t, p.Close())
+		seen += ws[i].seen.Load()
+	}
+	assert.Equal(t, int64(2*(n-1)*n*rounds), sent, "2(n-1) messages per entry")
+	assert.Equal(t, sent, seen, "messages that went past the wrappers")
 }

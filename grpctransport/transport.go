@@ -409,10 +409,15 @@ func (t *Transport) Recv() <-chan dmutex.Message { return t.recv }
 
 // SetDeliver makes the transport call f for each message, from the
 // goroutine that read it from its sender's stream, instead of sending it
-// on Recv (see dmutex.Deliverer); a dmutex.Peer calls it when it starts.
-// It reports false, and changes nothing, if a message already went on
-// Recv, or if SetDeliver succeeded before.
-func (t *Transport) SetDeliver(f func(dmutex.Message)) bool {
+// on Recv (see dmutex.Deliverer); a dmutex.Peer calls it when it starts,
+// with self the transport it was given. It reports false, and changes
+// nothing, if self is not t (a wrapper that embeds a *Transport passes
+// itself, so its own Recv stays in use: see dmutex.Deliverer), if a
+// message already went on Recv, or if SetDeliver succeeded before.
+func (t *Transport) SetDeliver(self dmutex.Transport, f func(dmutex.Message)) bool {
+	if s, ok := self.(*Transport); !ok || s != t {
+		return false
+	}
 	t.modeMu.Lock()
 	defer t.modeMu.Unlock()
 	if t.toChan.Load() || t.deliverF.Load() != nil {

@@ -33,7 +33,7 @@ var direct sync.Map // *Transport -> chan dmutex.Message
 // it, to a channel of size messages that receive reads.
 func deliverDirect(t *testing.T, tr *Transport, size int) {
 	ch := make(chan dmutex.Message, size)
-	require.True(t, tr.SetDeliver(func(m dmutex.Message) { ch <- m }))
+	require.True(t, tr.SetDeliver(tr, func(m dmutex.Message) { ch <- m }))
 	direct.Store(tr, ch)
 	t.Cleanup(func() { direct.Delete(tr) })
 }
@@ -723,7 +723,7 @@ func testAcksRideOnFrames(t *testing.T, back dmutex.Message) {
 func TestReplyFromDeliverCarriesAck(t *testing.T) {
 	trs := startWithoutSeparateAcks(t, 2)
 	got := make(chan dmutex.Message, 1)
-	require.True(t, trs[0].SetDeliver(func(m dmutex.Message) {
+	require.True(t, trs[0].SetDeliver(trs[0], func(m dmutex.Message) {
 		assert.NoError(t, trs[0].Send(1, msg(0, 1, m.TS)))
 		got <- m
 	}))
@@ -775,7 +775,10 @@ func TestBarrierThenClose(t *testing.T) {
 func TestSetDeliver(t *testing.T) {
 	trs := startTransports(t, 2, insecureOpts)
 	deliverDirect(t, trs[0], 10)
-	require.False(t, trs[0].SetDeliver(func(dmutex.Message) {}), "a second SetDeliver")
+	require.False(t, trs[0].SetDeliver(trs[0], func(dmutex.Message) {}), "a second SetDeliver")
+	for _, self := range []dmutex.Transport{nil, trs[0], struct{ *Transport }{trs[1]}} {
+		require.False(t, trs[1].SetDeliver(self, func(dmutex.Message) { t.Error("delivered to a SetDeliver whose self was not the transport") }), "self %T", self)
+	}
 	require.NoError(t, trs[1].Send(0, msg(1, 0, 1)))
 	require.NoError(t, trs[0].Send(1, msg(0, 1, 1)))
 	requireInOrder(t, receive(t, trs[0], 1, 10*time.Second), []int{1}, 1)
@@ -784,7 +787,7 @@ func TestSetDeliver(t *testing.T) {
 	// Peer 1 has delivered a message on Recv: it cannot switch, and goes
 	// on with Recv.
 	requireInOrder(t, receive(t, trs[1], 1, 10*time.Second), []int{0}, 1)
-	require.False(t, trs[1].SetDeliver(func(dmutex.Message) { t.Error("delivered through SetDeliver after Recv") }))
+	require.False(t, trs[1].SetDeliver(trs[1], func(dmutex.Message) { t.Error("delivered through SetDeliver after Recv") }))
 	require.NoError(t, trs[0].Send(1, msg(0, 1, 2)))
 	got := receive(t, trs[1], 1, 10*time.Second)
 	assert.Equal(t, uint64(2), got[0].TS)
@@ -1319,7 +1322,7 @@ func TestCloseWaitsForADeliveryInProgress(t *testing.T) {
 	trs := startTransports(t, 2, insecureOpts)
 	inside, release := make(chan struct{}), make(chan struct{})
 	var returned atomic.Bool
-	require.True(t, trs[0].SetDeliver(func(dmutex.Message) {
+	require.True(t, trs[0].SetDeliver(trs[0], func(dmutex.Message) {
 		close(inside)
 		<-release
 		returned.Store(true)
@@ -1353,7 +1356,7 @@ func TestSetDeliverRacingTheFirstMessage(t *testing.T) {
 	got := make(chan dmutex.Message, 1)
 	trs[0].modeMu.Lock()
 	set := make(chan bool, 1)
-	go func() { set <- trs[0].SetDeliver(func(m dmutex.Message) { got <- m }) }()
+	go func() { set <- trs[0].SetDeliver(trs[0], func(m dmutex.Message) { got <- m }) }()
 	waitFor := func(fn string) {
 		t.Helper()
 		require.Eventually(t, func() bool { return parkedIn(fn, "sync.Mutex.Lock") == 1 }, 30*time.Second, time.Millisecond,
