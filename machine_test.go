@@ -4,7 +4,13 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"go/ast"
+	"go/importer"
+	"go/parser"
+	"go/token"
+	"go/types"
 	"math/rand/v2"
+	"path/filepath"
 	"reflect"
 	"sort"
 	"strings"
@@ -569,4 +575,95 @@ func change(v reflect.Value, path string, k *int) (string, bool) {
 		}
 	}
 	return "", false
+}
+
+// typeCheckPackage parses and type-checks the package's non-test files.
+func typeCheckPackage(t *testing.T) (*token.FileSet, []*ast.File, *types.Info, *types.Package) {
+	t.Helper()
+	fset := token.NewFileSet()
+	paths, err := filepath.Glob("*.go")
+	require.NoError(t, err)
+	var files []*ast.File
+	for _, path := range paths {
+		if strings.HasSuffix(path, "_test.go") {
+			continue
+		}
+		f, err := parser.ParseFile(fset, path, nil, parser.SkipObjectResolution)
+		require.NoError(t, err)
+		files = append(files, f)
+	}
+	info := &types.Info{Selections: make(map[*ast.SelectorExpr]*types.Selection)}
+	pkg, err := (&types.Config{Importer: importer.Default()}).Check("dmutex", fset, files, info)
+	require.NoError(t, err)
+	return fset, files, info, pkg
+}
+
+// optionalInterfaces are the interfaces of the machine contract that a
+// machine may implement (machine.go), needer included.
+var optionalInterfaces = []string{
+	"describer", "assigner", "clockMachine", "tokenHolder", "regenerator",
+	"fencer", "timestamped", "coordinated", "idleChecker", "needer",
+}
+
+// TestMachinesImplementWholeInterfaces fails when a machine type has some
+// of an optional interface's methods but not all: the World and the Peer
+// find an optional interface by a type assertion, so a machine that
+// misses one method (as a token machine without carriesToken would) is
+// silently not treated as one. It also fails when a type assertion on a
+// machine names an interface optionalInterfaces does not list.
+func TestMachinesImplementWholeInterfaces(t *testing.T) {
+	_, files, _, pkg := typeCheckPackage(t)
+	scope := pkg.Scope()
+	iface := func(name string) *types.Interface {
+		obj := scope.Lookup(name)
+		require.NotNil(t, obj, "no interface %s", name)
+		return obj.Type().Underlying().(*types.Interface)
+	}
+	machineIface := iface("machine")
+	machines := 0
+	for _, name := range scope.Names() {
+		tn, ok := scope.Lookup(name).(*types.TypeName)
+		if !ok || types.IsInterface(tn.Type()) {
+			continue
+		}
+		ptr := types.NewPointer(tn.Type())
+		if !types.Implements(ptr, machineIface) {
+			continue
+		}
+		machines++
+		mset := types.NewMethodSet(ptr)
+		for _, in := range optionalInterfaces {
+			it := iface(in)
+			var have, miss []string
+			for i := range it.NumMethods() {
+				m := it.Method(i)
+				if mset.Lookup(pkg, m.Name()) != nil {
+					have = append(have, m.Name())
+				} else {
+					miss = append(miss, m.Name())
+				}
+			}
+			assert.False(t, len(have) > 0 && len(miss) > 0, "%s has %v of %s but not %v: it is silently not a %s", name, have, in, miss, in)
+		}
+	}
+	assert.GreaterOrEqual(t, machines, len(Algorithms()), "found fewer machine types than algorithms")
+
+	// Every type assertion to an interface of the package's own, in the
+	// files that drive machines, names a listed one (or machine).
+	for _, f := range files {
+		ast.Inspect(f, func(n ast.Node) bool {
+			ta, ok := n.(*ast.TypeAssertExpr)
+			if !ok || ta.Type == nil {
+				return true
+			}
+			id, ok := ta.Type.(*ast.Ident)
+			if !ok || id.Name == "machine" {
+				return true
+			}
+			if tn, ok := scope.Lookup(id.Name).(*types.TypeName); ok && types.IsInterface(tn.Type()) && !token.IsExported(id.Name) {
+				assert.Contains(t, optionalInterfaces, id.Name, "a type assertion to %s: add it to the machine contract (machine.go) and to optionalInterfaces", id.Name)
+			}
+			return true
+		})
+	}
 }

@@ -5,12 +5,9 @@ import (
 	"flag"
 	"fmt"
 	"go/ast"
-	"go/importer"
-	"go/parser"
 	"go/token"
 	"go/types"
 	"math/rand/v2"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -823,21 +820,7 @@ func TestSimulationUsesTheWorldsDoor(t *testing.T) {
 	for _, name := range simDoor {
 		require.True(t, token.IsExported(name), "simDoor lists %s, which is not exported", name)
 	}
-	fset := token.NewFileSet()
-	paths, err := filepath.Glob("*.go")
-	require.NoError(t, err)
-	var files []*ast.File
-	for _, path := range paths {
-		if strings.HasSuffix(path, "_test.go") {
-			continue
-		}
-		f, err := parser.ParseFile(fset, path, nil, parser.SkipObjectResolution)
-		require.NoError(t, err)
-		files = append(files, f)
-	}
-	info := &types.Info{Selections: make(map[*ast.SelectorExpr]*types.Selection)}
-	pkg, err := (&types.Config{Importer: importer.Default()}).Check("dmutex", fset, files, info)
-	require.NoError(t, err)
+	fset, files, info, pkg := typeCheckPackage(t)
 	world := pkg.Scope().Lookup("World").Type()
 
 	isWorld := func(typ types.Type) bool {
