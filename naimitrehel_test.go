@@ -436,7 +436,8 @@ func TestNaimiTrehelTryMustHold(t *testing.T) {
 // TestNaimiTrehelTimed reproduces the times NewNaimiTrehel states, in
 // virtual time at n = 8: a synchronization delay of exactly one message
 // at saturation, since the token goes from the leaving peer straight to
-// NEXT, and at light load a response of E plus one T for each message of
+// NEXT, with fewer messages per entry than the worst case n of a lone
+// entry, and at light load a response of E plus one T for each message of
 // the entry, every one of them on the way (the request's hops and the
 // token; the rare overlaps of light load add a little), with fewer than
 // log2 n + 1 messages per entry on average.
@@ -445,6 +446,7 @@ func TestNaimiTrehelTimed(t *testing.T) {
 	heavy, err := RunTimed(NaimiTrehel, n, timedHeavy)
 	require.NoError(t, err)
 	assert.Equal(t, 1.0, heavy.SyncDelay, "sync delay, in T")
+	assert.Less(t, heavy.Messages, float64(n), "at saturation, below the worst case of one entry")
 	light, err := RunTimed(NaimiTrehel, n, timedLight)
 	require.NoError(t, err)
 	assert.InDelta(t, timedLight.CS+light.Messages, light.Response, 0.05, "light response = E + T per message")
