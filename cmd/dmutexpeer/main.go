@@ -20,9 +20,14 @@
 // With -state DIR, a directory the peers share as they share the log,
 // fencing tokens survive restarts: before it uses a fence, peer i records
 // it in DIR/peer-i.fence (written to a temporary file and renamed, so a
-// crash leaves the old number or the new one), and at start every peer
+// crash leaves the old number or the new one, and the directory synced,
+// so that a power loss does not undo the rename), and at start every peer
 // takes the highest number in any DIR/peer-*.fence as its fence floor
-// (dmutex.WithFenceFloor). Every fence of a restarted cluster is then
+// (dmutex.WithFenceFloor). The directory is shared, so a peer reads only
+// regular files of at most 64 bytes there, never through a symbolic link
+// nor from a named pipe, and refuses to start on anything else, naming it;
+// at start it removes the temporary files that a killed process of the
+// same id left. Every fence of a restarted cluster is then
 // above every fence the old one handed out.
 //
 // The log's lines are
@@ -74,6 +79,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"math/rand/v2"
 	"os"
@@ -260,7 +266,7 @@ func (c *config) run(ctx context.Context, stdout, stderr io.Writer) (err error) 
 	}
 	var popts []dmutex.Option
 	if c.stateDir != "" {
-		floor, err := readFloor(c.stateDir)
+		floor, err := readFloor(ctx, c.stateDir, c.id)
 		if err != nil {
 			return errors.Join(err, tr.Close())
 		}
@@ -385,11 +391,29 @@ func countEnds(path string, n int) ([]int, error) {
 	return ends, nil
 }
 
+// maxStateFile is the largest state file readFloor reads: a fence is at
+// most 20 digits and a newline.
+const maxStateFile = 64
+
 // readFloor returns the highest fence recorded in dir by any peer, or 0
-// if there is none yet; it creates dir if need be.
-func readFloor(dir string) (uint64, error) {
+// if there is none yet; it creates dir if need be. Since the directory is
+// shared, it trusts none of its entries: it reads only regular files of at
+// most maxStateFile bytes, never through a symbolic link or from a named
+// pipe (see stateOpenFlags), and it gives up when ctx ends. It first
+// removes the temporary files that an earlier process of peer id left
+// when it was killed during saveFence; no other process writes those.
+func readFloor(ctx context.Context, dir string, id int) (uint64, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return 0, err
+	}
+	stale, err := filepath.Glob(filepath.Join(dir, tempPattern(id)))
+	if err != nil {
+		return 0, err
+	}
+	for _, name := range stale {
+		if err := os.Remove(name); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return 0, fmt.Errorf("stale temporary state file: %w", err)
+		}
 	}
 	names, err := filepath.Glob(filepath.Join(dir, "peer-*.fence"))
 	if err != nil {
@@ -397,27 +421,77 @@ func readFloor(dir string) (uint64, error) {
 	}
 	var floor uint64
 	for _, name := range names {
-		b, err := os.ReadFile(name)
+		if err := ctx.Err(); err != nil {
+			return 0, fmt.Errorf("reading the state files: %w", err)
+		}
+		f, err := readState(name)
 		if err != nil {
 			return 0, err
-		}
-		f, err := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64)
-		if err != nil {
-			return 0, fmt.Errorf("state file %s: %q is not a fence", name, strings.TrimSpace(string(b)))
 		}
 		floor = max(floor, f)
 	}
 	return floor, nil
 }
 
-// saveFence records fence as the highest this peer has used, atomically:
-// a temporary file renamed over DIR/peer-<id>.fence.
+// readState returns the fence in the state file name, which must be a
+// regular file of at most maxStateFile bytes.
+func readState(name string) (uint64, error) {
+	fi, err := os.Lstat(name)
+	if err != nil {
+		return 0, err
+	}
+	if !fi.Mode().IsRegular() {
+		return 0, fmt.Errorf("state file %s: not a regular file (%v)", name, fi.Mode().Type())
+	}
+	f, err := os.OpenFile(name, os.O_RDONLY|stateOpenFlags, 0)
+	if err != nil {
+		return 0, fmt.Errorf("state file %s: %w", name, err)
+	}
+	defer func() { _ = f.Close() }()
+	if fi, err = f.Stat(); err != nil {
+		return 0, err
+	}
+	if !fi.Mode().IsRegular() { // replaced since the Lstat
+		return 0, fmt.Errorf("state file %s: not a regular file (%v)", name, fi.Mode().Type())
+	}
+	b, err := io.ReadAll(io.LimitReader(f, maxStateFile+1))
+	if err != nil {
+		return 0, fmt.Errorf("state file %s: %w", name, err)
+	}
+	if len(b) > maxStateFile {
+		return 0, fmt.Errorf("state file %s: more than %d bytes, too long for a fence", name, maxStateFile)
+	}
+	v, err := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("state file %s: %q is not a fence", name, strings.TrimSpace(string(b)))
+	}
+	return v, nil
+}
+
+// tempPattern is the glob of peer id's temporary state files.
+func tempPattern(id int) string { return fmt.Sprintf(".peer-%d.fence.*", id) }
+
+// syncDir flushes dir's entries to stable storage, so that a rename in it
+// survives a power loss; a variable, so that a test can see when it runs.
+var syncDir = func(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	err = d.Sync()
+	return errors.Join(err, d.Close())
+}
+
+// saveFence records fence as the highest this peer has used, atomically
+// and durably: a temporary file, synced, renamed over
+// DIR/peer-<id>.fence, and then the directory synced, without which a
+// power loss could undo the rename and bring back an older floor.
 func (c *config) saveFence(fence uint64) error {
 	if c.stateDir == "" {
 		return nil
 	}
 	name := filepath.Join(c.stateDir, fmt.Sprintf("peer-%d.fence", c.id))
-	tmp, err := os.CreateTemp(c.stateDir, fmt.Sprintf(".peer-%d.fence.*", c.id))
+	tmp, err := os.CreateTemp(c.stateDir, tempPattern(c.id))
 	if err != nil {
 		return err
 	}
@@ -433,8 +507,9 @@ func (c *config) saveFence(fence uint64) error {
 	}
 	if err != nil {
 		_ = os.Remove(tmp.Name())
+		return err
 	}
-	return err
+	return syncDir(c.stateDir)
 }
 
 // entry writes one entry's lines (see the package comment). Each line is

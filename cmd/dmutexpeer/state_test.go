@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -86,4 +87,42 @@ func TestBadState(t *testing.T) {
 		"-log", filepath.Join(dir, "log"), "-state", dir}, &stdout, &stderr)
 	assert.Equal(t, 1, code)
 	assert.Contains(t, stderr.String(), `peer-1.fence: "lots" is not a fence`)
+}
+
+// TestStaleTemporaryStateFiles leaves the temporary files of a peer
+// killed during saveFence: the next process of that peer removes its own
+// and leaves another peer's alone, since that peer may be writing it.
+func TestStaleTemporaryStateFiles(t *testing.T) {
+	dir := t.TempDir()
+	own := []string{".peer-0.fence.123", ".peer-0.fence.456"}
+	other := ".peer-1.fence.789"
+	for _, name := range append(own, other) {
+		require.NoError(t, os.WriteFile(filepath.Join(dir, name), []byte("9"), 0o644))
+	}
+	floor, err := readFloor(context.Background(), dir, 0)
+	require.NoError(t, err)
+	assert.Zero(t, floor, "a temporary file is not a fence")
+	names, err := filepath.Glob(filepath.Join(dir, ".peer-*"))
+	require.NoError(t, err)
+	assert.Equal(t, []string{filepath.Join(dir, other)}, names)
+}
+
+// TestSaveFenceSyncsTheDirectory checks that saveFence syncs the state
+// directory after the rename, so that the new floor is what survives a
+// power loss.
+func TestSaveFenceSyncsTheDirectory(t *testing.T) {
+	dir := t.TempDir()
+	var synced []string
+	old := syncDir
+	t.Cleanup(func() { syncDir = old })
+	syncDir = func(d string) error {
+		b, err := os.ReadFile(filepath.Join(d, "peer-3.fence"))
+		require.NoError(t, err, "the directory synced before the rename")
+		synced = append(synced, d+": "+strings.TrimSpace(string(b)))
+		return old(d)
+	}
+	c := &config{id: 3, stateDir: dir}
+	require.NoError(t, c.saveFence(41))
+	require.NoError(t, c.saveFence(42))
+	assert.Equal(t, []string{dir + ": 41", dir + ": 42"}, synced)
 }
