@@ -166,8 +166,10 @@ func (d Detector) String() string {
 
 // DefaultMaxStates is the number of states after which Check stops when
 // CheckConfig.MaxStates is zero, so that a machine whose state grows
-// without bound gets an answer (complete false) instead of eating the
-// machine's memory: about 1.5 GB of graph and worlds at most.
+// without bound gets an answer (complete false, undecided) in minutes.
+// Memory is bounded by CheckConfig.MaxMemory (DefaultMaxMemory), whatever
+// the size of a state: a world of many peers with much in flight can
+// take kilobytes, and a breadth-first frontier holds many.
 const DefaultMaxStates = 4_000_000
 
 // A CheckConfig says what Check explores.
@@ -194,6 +196,14 @@ type CheckConfig struct {
 	// MaxStates stops the search after that many states, with Complete
 	// false; 0 means DefaultMaxStates, and a negative value no limit.
 	MaxStates int
+	// MaxMemory stops the search, with Complete false, once it holds
+	// more than that many bytes as it counts them: its table of hashes,
+	// its graph (with what liveness will add), and the worlds waiting to
+	// be explored, each at the average size of a sample of worlds (parts
+	// that worlds share are counted in each). 0 means DefaultMaxMemory,
+	// and a negative value no limit. The Go heap, with its garbage, may
+	// reach about twice that between collections under the default GOGC.
+	MaxMemory int64
 
 	// SafetyOnly skips the graph that liveness and bounded waiting need:
 	// the search keeps a 128-bit fingerprint per state (16 bytes, in a
@@ -258,6 +268,7 @@ type CheckProgress struct {
 	States      int
 	Transitions int
 	Elapsed     time.Duration
+	Memory      int64 // the bytes the search holds, as CheckConfig.MaxMemory counts them
 }
 
 // A Verdict is what Check decided about one property. The zero Verdict
@@ -626,8 +637,14 @@ type checker struct {
 	fencedBroken bool       // the fenced store accepted interleaved writes
 	stopped      StopReason // why the search ended early, if it did
 
-	limit      int // states after which the search stops; <= 0 for none
-	expanded   int // states expanded so far
+	limit      int   // states after which the search stops; <= 0 for none
+	budget     int64 // bytes after which the search stops; <= 0 for none
+	expanded   int   // states expanded so far
+	worldSize  int64 // the average size of a world sampled, in bytes
+	samples    int64
+	classBytes int64 // the size of classes
+	waiting    int   // the worlds waiting to be explored, at the last overBudget
+	frontier   []*World
 	lastReport time.Time
 
 	overlap *Violation // with Fenced: the first step that let two peers in, which does not stop the search
@@ -882,6 +899,7 @@ func (c *checker) classOf(t Transition) int32 {
 		if !ok {
 			k = n + int32(len(c.classes))
 			c.classes[string(c.buf)] = k
+			c.classBytes += int64(len(c.buf)) + 64
 		}
 		return k
 	}
@@ -914,6 +932,11 @@ func (c *checker) explore(ctx context.Context) error {
 	if c.limit == 0 {
 		c.limit = DefaultMaxStates
 	}
+	c.budget = c.cc.MaxMemory
+	if c.budget == 0 {
+		c.budget = DefaultMaxMemory
+	}
+	c.sample(w)
 	c.fps = newVisited(c.graph)
 	c.fps.add(c.fingerprint(w), 0)
 	c.res.States = 1
@@ -972,6 +995,18 @@ func (c *checker) full() bool {
 	return false
 }
 
+// overBudget reports, before a state is expanded, whether the search
+// holds more than its budget with worlds waiting, and if so records why
+// it stopped.
+func (c *checker) overBudget(worlds int) bool {
+	c.waiting = worlds
+	if c.budget <= 0 || c.memory(worlds) <= c.budget {
+		return false
+	}
+	c.stopped = StoppedAtMemoryLimit
+	return true
+}
+
 // tick is called once per expanded state: every 4096 it reports
 // progress.
 func (c *checker) tick() {
@@ -981,7 +1016,7 @@ func (c *checker) tick() {
 	}
 	if c.cc.Progress != nil && time.Since(c.lastReport) > time.Second {
 		c.lastReport = time.Now()
-		c.cc.Progress(CheckProgress{States: c.res.States, Transitions: c.res.Transitions, Elapsed: time.Since(c.start)})
+		c.cc.Progress(CheckProgress{States: c.res.States, Transitions: c.res.Transitions, Elapsed: time.Since(c.start), Memory: c.memory(c.waiting)})
 	}
 }
 
@@ -1054,7 +1089,9 @@ func (c *checker) examine(cur *World, trs []Transition) ([]Transition, verdict, 
 // as the context ends, and stops at the first state past the limit.
 func (c *checker) breadthFirst(w *World) (bool, error) {
 	c.parent = append(c.parent, -1)
-	work := []*World{w}
+	c.frontier = append(c.frontier[:0], w)
+	work := c.frontier
+	defer func() { c.frontier = work }() // kept until Check returns, for tests that weigh it
 	ids := []int32{0}
 	head := 0
 	var trs []Transition
@@ -1063,6 +1100,9 @@ func (c *checker) breadthFirst(w *World) (bool, error) {
 		cur, id := work[head], ids[head]
 		work[head] = nil
 		head++
+		if c.overBudget(len(work) - head) {
+			return false, nil
+		}
 		c.tick()
 		var v verdict
 		var broken error
@@ -1115,6 +1155,9 @@ func (c *checker) breadthFirst(w *World) (bool, error) {
 				c.res.States++
 				work = append(work, next)
 				ids = append(ids, to)
+				if c.res.States&1023 == 0 {
+					c.sample(next)
+				}
 			} else {
 				spare = next // a known state: reuse its arrays
 			}
@@ -1263,6 +1306,12 @@ func (c *checker) depthFirst(w *World) (bool, error) {
 			onStack[fp]++
 		}
 		c.tick()
+		if c.res.States&1023 == 0 {
+			c.sample(stack[top+1].w)
+		}
+		if c.overBudget(len(stack)) {
+			return false, nil
+		}
 		if !push() {
 			return false, nil
 		}

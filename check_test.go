@@ -8,6 +8,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"runtime"
 	"runtime/debug"
@@ -179,7 +180,7 @@ func TestModelCheck(t *testing.T) {
 			safetyOnly := (cc.big && !cc.live) || (raceEnabled && cc.v.alg == Lamport)
 			res := mustCheck(t, CheckConfig{
 				Algorithm: cc.v.alg, Options: cc.v.opts, N: cc.n, Requests: cc.requests,
-				Network: cc.net, MaxStates: limit, SafetyOnly: safetyOnly,
+				Network: cc.net, MaxStates: limit, MaxMemory: -1, SafetyOnly: safetyOnly,
 			})
 			if res.Violation != nil {
 				require.Nil(t, res.Violation, "%s: %s\n%s", res.Violation.Property, res.Violation.Message, strings.Join(res.Violation.Trace, "\n"))
@@ -730,4 +731,72 @@ func BenchmarkCheck(b *testing.B) {
 			b.ReportMetric(float64(states)/b.Elapsed().Seconds(), "states/s")
 		})
 	}
+}
+
+// TestCheckMemoryLimit: MaxMemory stops the search, whatever the size of
+// a state, and what the stopped search holds on the heap (its graph, its
+// hashes and its frontier, measured) is within the limit. Issue 22: with
+// eight peers, nine false suspicions and an unordered network, the
+// default state limit let the breadth-first frontier pass 3 GiB in a
+// minute.
+func TestCheckMemoryLimit(t *testing.T) {
+	heap := func() int64 {
+		runtime.GC()
+		var m runtime.MemStats
+		runtime.ReadMemStats(&m)
+		return int64(m.HeapAlloc)
+	}
+	cfg := CheckConfig{Algorithm: RicartAgrawala, N: 8, Options: []Option{WithRecovery()}, Network: NetworkUnordered,
+		Detector: Detector{Kind: DetectorImperfect, FalseSuspicions: 9}, MaxMemory: 32 << 20}
+	before := heap()
+	c, err := newChecker(cfg)
+	require.NoError(t, err)
+	require.NoError(t, c.explore(context.Background()))
+	held := heap() - before
+	res := c.result()
+	assert.False(t, res.Complete)
+	assert.Equal(t, StoppedAtMemoryLimit, res.Stopped)
+	assert.Less(t, res.States, DefaultMaxStates)
+	assert.Equal(t, Undecided, res.Safe)
+	assert.Less(t, held, cfg.MaxMemory, "the stopped search holds more than its limit")
+	t.Logf("stopped at %d states, holding %d bytes (%d counted)", res.States, held, c.memory(c.waiting))
+	runtime.KeepAlive(c)
+
+	res = mustCheck(t, CheckConfig{Algorithm: RicartAgrawala, N: 3, MaxMemory: -1})
+	assert.True(t, res.Complete, "no limit")
+}
+
+// TestWorldSizeIsAnUpperBound: the size the search counts for a world is
+// at least what keeping it costs, measured on the heap: the worlds of a
+// breadth-first frontier, eight peers, recovery, faults in the mix.
+func TestWorldSizeIsAnUpperBound(t *testing.T) {
+	c, err := newChecker(CheckConfig{Algorithm: RicartAgrawala, N: 8, Options: []Option{WithRecovery()}, Network: NetworkUnordered,
+		Detector: Detector{Kind: DetectorImperfect, FalseSuspicions: 9}})
+	require.NoError(t, err)
+	start, err := c.startWorld(false)
+	require.NoError(t, err)
+	heap := func() uint64 {
+		runtime.GC()
+		var m runtime.MemStats
+		runtime.ReadMemStats(&m)
+		return m.HeapAlloc
+	}
+	before := heap()
+	frontier := []*World{start}
+	for i := 0; len(frontier) < 20_000; i++ {
+		for _, tr := range frontier[i].Transitions() {
+			next := frontier[i].Clone()
+			if _, err := next.apply(tr); err == nil {
+				frontier = append(frontier, next)
+			}
+		}
+	}
+	real := int64(heap() - before)
+	var counted int64
+	for _, w := range frontier {
+		counted += deepSize(reflect.ValueOf(w), map[uintptr]bool{})
+	}
+	t.Logf("%d worlds: %d bytes on the heap, %d counted", len(frontier), real, counted)
+	assert.GreaterOrEqual(t, counted, real-real/10)
+	runtime.KeepAlive(frontier)
 }

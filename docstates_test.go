@@ -98,7 +98,7 @@ func stateTable(t testing.TB, old map[string][]string) string {
 			continue
 		}
 		res := mustCheck(t, CheckConfig{Algorithm: cc.v.alg, Options: cc.v.opts, N: cc.n, Requests: cc.requests,
-			Network: cc.net, MaxStates: -1, SafetyOnly: cc.v.alg == Lamport && cc.requests == 2})
+			Network: cc.net, MaxStates: -1, MaxMemory: -1, SafetyOnly: cc.v.alg == Lamport && cc.requests == 2})
 		require.True(t, res.Complete && res.Safe == Holds && res.DeadlockFree == Holds, cc.name())
 		rows[name][col] = stateCell(res)
 	}
@@ -191,7 +191,7 @@ func overtakeTable(t testing.TB, old map[string][]string, big bool) string {
 					cells[col] = "(not computed)"
 				}
 			default:
-				res := mustCheck(t, CheckConfig{Algorithm: cc.v.alg, Options: cc.v.opts, N: cc.n, Requests: cc.requests, Network: cc.net})
+				res := mustCheck(t, CheckConfig{Algorithm: cc.v.alg, Options: cc.v.opts, N: cc.n, Requests: cc.requests, Network: cc.net, MaxMemory: -1})
 				require.True(t, res.Complete && res.Liveness && res.StarvationFree == Holds, cc.name())
 				cells[col] = overtakeCell(res)
 			}

@@ -94,7 +94,7 @@ func failureRows() (small, part []failureRow) {
 	algs := docAlgs()
 	for i, a := range algs {
 		small = append(small, crashRows(a)...)
-		base := CheckConfig{Algorithm: a.alg, N: 3, Requests: 1, Options: a.opts, Network: NetworkFIFO}
+		base := CheckConfig{Algorithm: a.alg, N: 3, Requests: 1, Options: a.opts, Network: NetworkFIFO, MaxMemory: -1}
 		for _, k := range a.kinds {
 			cfg := base
 			cfg.Faults = CheckFaults{Lose: true, LoseKind: k}
@@ -121,7 +121,7 @@ func failureRows() (small, part []failureRow) {
 // crashRows are a's crash rows of the failure table: an idle peer 0 (the
 // coordinator, the first token holder), an idle peer 2, and the holder.
 func crashRows(a docAlg) []failureRow {
-	base := CheckConfig{Algorithm: a.alg, N: 3, Requests: 1, Options: a.opts, Network: NetworkFIFO}
+	base := CheckConfig{Algorithm: a.alg, N: 3, Requests: 1, Options: a.opts, Network: NetworkFIFO, MaxMemory: -1}
 	if a.recovery {
 		base.Detector = Detector{Kind: DetectorPerfect}
 	}

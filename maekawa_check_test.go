@@ -55,7 +55,7 @@ func TestMaekawaExhaustive(t *testing.T) {
 			}
 			n := len(tt.sets)
 			res := mustCheck(t, CheckConfig{Algorithm: Maekawa, N: n, RequestsPerPeer: tt.requests, Network: tt.net,
-				Options: []Option{WithVotingSets(tt.sets)}, MaxStates: -1})
+				Options: []Option{WithVotingSets(tt.sets)}, MaxStates: -1, MaxMemory: -1})
 			if res.Violation != nil {
 				require.Nil(t, res.Violation, "%s\n%s", res.Violation.Message, strings.Join(res.Violation.Trace, "\n"))
 			}

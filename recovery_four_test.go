@@ -35,7 +35,7 @@ func TestRecoveryAtFour(t *testing.T) {
 		res, err := Check(context.Background(), CheckConfig{
 			Algorithm: row.alg, N: 4, Requests: 1, Options: []Option{WithRecovery()},
 			Faults:   CheckFaults{Crash: true, CrashPeer: AnyPeer},
-			Detector: Detector{Kind: DetectorPerfect}, SafetyOnly: true, MaxStates: 80_000_000,
+			Detector: Detector{Kind: DetectorPerfect}, SafetyOnly: true, MaxStates: 80_000_000, MaxMemory: -1,
 		})
 		if err != nil {
 			t.Fatal(err)

@@ -36,7 +36,7 @@ func TestPartialOrderKeepsVerdicts(t *testing.T) {
 	counts := map[string][2]int{}
 	for _, cc := range cases {
 		t.Run(cc.name(), func(t *testing.T) {
-			cfg := CheckConfig{Algorithm: cc.v.alg, N: cc.n, Requests: cc.requests, Options: cc.v.opts, SafetyOnly: true, MaxStates: -1}
+			cfg := CheckConfig{Algorithm: cc.v.alg, N: cc.n, Requests: cc.requests, Options: cc.v.opts, SafetyOnly: true, MaxStates: -1, MaxMemory: -1}
 			a := mustCheck(t, cfg)
 			cfg.PartialOrder, cfg.StampGaps = true, true
 			b := mustCheck(t, cfg)
@@ -62,7 +62,7 @@ func TestPartialOrderKeepsVerdicts(t *testing.T) {
 		"Ricart-Agrawala n=3 r=2": counts["ricart-agrawala/n=3/r=2/fifo"],
 	}
 	if *bigChecks {
-		cfg := CheckConfig{Algorithm: Lamport, N: 3, RequestsPerPeer: []int{2, 1, 1}, SafetyOnly: true, MaxStates: -1}
+		cfg := CheckConfig{Algorithm: Lamport, N: 3, RequestsPerPeer: []int{2, 1, 1}, SafetyOnly: true, MaxStates: -1, MaxMemory: -1}
 		a := mustCheck(t, cfg)
 		cfg.PartialOrder, cfg.StampGaps = true, true
 		b := mustCheck(t, cfg)
@@ -104,7 +104,7 @@ func TestPartialOrderFindsViolations(t *testing.T) {
 	for name, cfg := range cfgs {
 		t.Run(name, func(t *testing.T) {
 			cfg.SafetyOnly = true
-			cfg.MaxStates = -1
+			cfg.MaxStates, cfg.MaxMemory = -1, -1
 			a := mustCheck(t, cfg)
 			require.NotNil(t, a.Violation, "the full search finds the flaw")
 			cfg.PartialOrder, cfg.StampGaps = true, true

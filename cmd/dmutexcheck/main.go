@@ -37,6 +37,11 @@
 // too wide for the rest of the run to bridge (dmutex.CheckConfig has the
 // details of each).
 //
+// -max-states and -max-memory bound a search: by default it stops after
+// dmutex.DefaultMaxStates states or once it holds dmutex.DefaultMaxMemory
+// bytes (its table of hashes, its graph and the worlds waiting to be
+// explored, as it counts them; the process may reach about twice that).
+//
 // Each property reads yes, no or undecided (true, false or null in
 // -json): undecided when the search stopped before it could decide it (at
 // the state limit, at an earlier violation, or at Ctrl-C), or when the
@@ -48,7 +53,7 @@
 //	0  every property checked holds: the search saw every reachable state
 //	1  refuted: a violation was found (its counterexample is printed)
 //	2  bad usage
-//	3  undecided: the search stopped (-max-states, or Ctrl-C) before it
+//	3  undecided: the search stopped (-max-states, -max-memory, or Ctrl-C) before it
 //	   saw every state, with no violation so far
 //	4  the check could not run (an error other than bad usage)
 package main
@@ -95,7 +100,7 @@ configuration that refutes it; flags given explicitly override it. Each
 property reads yes, no or undecided (the search stopped before deciding it).
 
 Exit codes: 0 every property checked holds, 1 a violation was found,
-2 bad usage, 3 undecided (the state limit or Ctrl-C stopped the search
+2 bad usage, 3 undecided (a state or memory limit, or Ctrl-C, stopped the search
 with no violation so far), 4 the check could not run.
 
 Flags:
@@ -116,6 +121,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	tries := fs.String("tries", "", "tries (TryLock) per peer beside the requests (default 0); \"unlimited\" for no end")
 	netFlag := fs.String("net", "", "network: fifo or unordered (default fifo, or the variant's)")
 	maxStates := fs.Int("max-states", dmutex.DefaultMaxStates, "stop after this many states; -1 for no limit")
+	maxMemory := fs.Int64("max-memory", dmutex.DefaultMaxMemory>>20, "stop once the search holds this many MiB (its hashes, graph and waiting worlds; the heap may reach about twice that); -1 for no limit")
 	asJSON := fs.Bool("json", false, "print the result as one JSON object")
 	list := fs.Bool("list", false, "list the variants, one per line: name, a space, what it teaches")
 	implicit := fs.Bool("implicit", false, "Ricart-Agrawala with implicit replies")
@@ -160,6 +166,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	cfg := dmutex.CheckConfig{Variant: *variant, N: *n, MaxStates: *maxStates, SafetyOnly: *safetyOnly || *por, PartialOrder: *por, StampGaps: *stampGaps, Fenced: *fenced}
 	if *maxStates == 0 {
 		return bad("-max-states: 0 is not a limit (use -1 for none)")
+	}
+	switch {
+	case *maxMemory == 0 || *maxMemory < -1:
+		return bad("-max-memory: %d is not a limit in MiB (use -1 for none)", *maxMemory)
+	case *maxMemory > 0:
+		cfg.MaxMemory = *maxMemory << 20
+	default:
+		cfg.MaxMemory = -1
 	}
 	switch {
 	case *variant != "":
@@ -304,8 +318,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		cfg.Options = append(cfg.Options, dmutex.WithRecovery())
 	}
 	cfg.Progress = func(p dmutex.CheckProgress) {
-		fmt.Fprintf(stderr, "dmutexcheck: %d states, %d transitions, %.0fs (%.0f states/s)\n",
-			p.States, p.Transitions, p.Elapsed.Seconds(), float64(p.States)/p.Elapsed.Seconds())
+		fmt.Fprintf(stderr, "dmutexcheck: %d states, %d transitions, %.0fs (%.0f states/s), %d MiB held\n",
+			p.States, p.Transitions, p.Elapsed.Seconds(), float64(p.States)/p.Elapsed.Seconds(), p.Memory>>20)
 	}
 	res, err := dmutex.Check(ctx, cfg)
 	switch {
@@ -332,6 +346,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return exitRefuted
 	case res.Stopped == dmutex.StoppedByContext:
 		fmt.Fprintf(stderr, "dmutexcheck: interrupted at %d states with no violation so far\n", res.States)
+		return exitUndecided
+	case res.Stopped == dmutex.StoppedAtMemoryLimit:
+		fmt.Fprintf(stderr, "dmutexcheck: stopped at %d states (%s) with no violation so far; raise -max-memory, or try -safety-only\n", res.States, res.Stopped)
 		return exitUndecided
 	case !res.Complete:
 		fmt.Fprintf(stderr, "dmutexcheck: stopped at %d states (%s) with no violation so far; raise -max-states\n", res.States, res.Stopped)

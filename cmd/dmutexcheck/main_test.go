@@ -135,6 +135,7 @@ func TestBadUsage(t *testing.T) {
 		{[]string{"-alg", "lamport", "-implicit"}, "WithImplicitReplies does not apply to lamport"},
 		{[]string{"-alg", "maekawa", "-sets", "0,x"}, `-sets: "0,x" is not a list of numbers`},
 		{[]string{"-alg", "lamport", "-max-states", "0"}, "-max-states: 0 is not a limit"},
+		{[]string{"-alg", "lamport", "-max-memory", "0"}, "-max-memory: 0 is not a limit in MiB"},
 		// Issue 23 item 9: -false means nothing without an imperfect
 		// detector, so it is refused rather than ignored.
 		{[]string{"-alg", "lamport", "-false", "3"}, "-false 3 needs -detector imperfect"},
@@ -364,4 +365,14 @@ func TestInterrupted(t *testing.T) {
 			assert.Contains(t, errb.String(), "interrupted at 1 states")
 		})
 	}
+}
+
+// TestMaxMemory: -max-memory stops a search whose states are big before
+// its state limit, as undecided (exit 3), and says which limit to raise.
+func TestMaxMemory(t *testing.T) {
+	code, stdout, stderr := runCmd(t, "-alg", "ricart-agrawala", "-n", "8", "-detector", "imperfect", "-false", "9", "-recovery",
+		"-net", "unordered", "-max-memory", "16")
+	require.Equal(t, 3, code, stderr)
+	assert.Contains(t, stdout, "stopped at the memory limit")
+	assert.Contains(t, stderr, "raise -max-memory")
 }
