@@ -2,6 +2,7 @@ package dmutex
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"slices"
 	"testing"
@@ -604,4 +605,392 @@ func TestStarvationLoopIsFair(t *testing.T) {
 			t.Logf("%s (loop from step %d):\n    %s", res.Violation.Message, res.Violation.CycleStart+1, joinLines(res.Violation.Trace))
 		})
 	}
+}
+
+// Liveness regression tests, one class per test, after the liveness bugs
+// that explicit-state model checkers have shipped. Each machine is small,
+// and each test failed when the checker was broken in the way its
+// comment names.
+
+// starvation reads res.StarvationFree as "holds", "refuted" or
+// "undecided" (the search did not decide it; a deadlock refutes it).
+func starvation(res CheckResult) string {
+	switch res.StarvationFree {
+	case Holds:
+		return "holds"
+	case Refuted:
+		return "refuted"
+	}
+	return "undecided"
+}
+
+// ignorer never serves P2: P0 drops its request. P1, with tries, is
+// refused at once, which leaves every state as it was.
+type ignorer struct{ id int }
+
+func (g *ignorer) step(ev event, out *output) {
+	switch {
+	case ev.kind == evRequest && g.id == 2:
+		out.send(Message{Kind: KindRequest, From: 2, To: 0})
+	case ev.kind == evTry:
+		out.refuse()
+	}
+}
+func (g *ignorer) clone() machine              { c := *g; return &c }
+func (g *ignorer) appendState(b []byte) []byte { return b }
+
+// Class: stuttering taken as progress. A run that stops with P2 waiting
+// stutters for ever, and a step that changes nothing (another peer's
+// refused try) is no progress for P2: both starve it. Broken checker that
+// failed it: a deadlock not counted against StarvationFree (in both places
+// that count it, explore's reset and the result's "deadlock ||"); a
+// self-loop not counted as a cycle (fairComponent's cyclic
+// requiring an edge to another state).
+func TestLivenessStutteringIsNoProgress(t *testing.T) {
+	cfg := CheckConfig{Algorithm: Centralized, N: 3, RequestsPerPeer: []int{0, 0, 1},
+		build: func(id, _ int) machine { return &ignorer{id: id} }}
+	res := mustCheck(t, cfg)
+	require.True(t, res.Complete)
+	assert.Equal(t, Refuted, res.DeadlockFree)
+	assert.Equal(t, "refuted", starvation(res), "a run that stops with P2 waiting starves it")
+
+	// With P1's tries, the state where P2 waits for ever has a step: P1
+	// tries and is refused, back where it was. The fair-cycle search
+	// alone must find that loop of one step.
+	cfg.TriesPerPeer = []int{0, Unlimited, 0}
+	c, err := newChecker(cfg)
+	require.NoError(t, err)
+	require.NoError(t, c.explore(context.Background()))
+	require.True(t, c.res.Complete)
+	_, l := c.peerLiveness(newSCCs(len(c.info)), 2)
+	require.NotNil(t, l, "a loop of stutter steps starves P2")
+	require.Equal(t, len(l.path)-1, l.cycle, "the loop is one step")
+	s := l.path[l.cycle]
+	assert.Equal(t, l.path[l.cycle-1], s, "from the state to itself")
+	assert.NotZero(t, c.info[s].flags&stQuiet, "in the state where P0 has dropped the request, not while it is in flight")
+}
+
+// twoRooms starves P2 in one way only. P2's request reaches P0, which
+// starts a ping with P1 that never ends, and grants the request only once
+// P1 has tried: P1 is refused at once, and its try lets P0 grant
+// (KindRelinquish). A try is a free choice, so in a fair run P1 may never
+// try. P2 thus waits in several cyclic components: those with the grant
+// in flight, which no fair run stays in and which the search meets first
+// (P1's try is the first step it takes), and the one where P1 never
+// tries.
+type twoRooms struct {
+	id                      int
+	blocked, asked, pinging bool
+}
+
+func (r *twoRooms) step(ev event, out *output) {
+	switch {
+	case r.id == 1 && ev.kind == evTry:
+		out.send(Message{Kind: KindRelinquish, From: 1, To: 0})
+		out.refuse()
+	case r.id == 2 && ev.kind == evRequest:
+		out.send(Message{Kind: KindRequest, From: 2, To: 0})
+	case r.id == 2 && ev.kind == evMessage && ev.msg.Kind == KindGrant:
+		out.enter()
+	case ev.kind != evMessage:
+	case ev.msg.Kind == KindRelinquish:
+		r.blocked = false
+		if r.asked {
+			r.asked = false
+			out.send(Message{Kind: KindGrant, From: 0, To: 2})
+		}
+	case ev.msg.Kind == KindRequest:
+		if r.blocked {
+			r.asked = true
+		} else {
+			out.send(Message{Kind: KindGrant, From: 0, To: 2})
+		}
+		if !r.pinging {
+			r.pinging = true
+			out.send(Message{Kind: KindInquire, From: 0, To: 1})
+		}
+	case ev.msg.Kind == KindInquire:
+		out.send(Message{Kind: KindInquire, From: r.id, To: 1 - r.id})
+	}
+}
+func (r *twoRooms) clone() machine { c := *r; return &c }
+func (r *twoRooms) appendState(b []byte) []byte {
+	return appendBool(appendBool(appendBool(b, r.blocked), r.asked), r.pinging)
+}
+
+// Class: a cycle reported in the wrong strongly connected component. The
+// starvation must be found, and its loop must lie in the fair component
+// (no grant in flight), wholly inside it, returning to its start. Broken
+// checker that failed it: the component's fairness not judged (any
+// cyclic one taken); the loop not walked back to its start. Tarjan's
+// algorithm taking a cross edge to a finished component as a back edge
+// (the onStack test dropped), which merges components, failed the
+// livelock and fairness tests; a walk that may leave the component failed
+// TestLivenessLoopStaysInItsComponent.
+func TestLivenessCycleInItsComponent(t *testing.T) {
+	for _, net := range []Network{NetworkFIFO, NetworkUnordered} {
+		t.Run(net.String(), func(t *testing.T) {
+			cfg := CheckConfig{Algorithm: Centralized, N: 3, RequestsPerPeer: []int{0, 0, 1}, TriesPerPeer: []int{0, 1, 0},
+				Network: net, build: func(id, _ int) machine { return &twoRooms{id: id, blocked: id == 0} }}
+			res := mustCheck(t, cfg)
+			require.True(t, res.Complete)
+			assert.Equal(t, Holds, res.DeadlockFree)
+			assert.Equal(t, "refuted", starvation(res))
+			requireFairLasso(t, cfg, res.Violation, 2)
+		})
+	}
+}
+
+// TestLivenessLoopStaysInItsComponent: the loop is walked inside the
+// component found fair, never through the one below it, however near an
+// edge the walk looks for lies there. Hand-made graph: the fair component
+// {1, 2} takes class 5 on 2->1; from 1 an edge leads first to the
+// component {4, 5}, unfair (class 9 owed all along), whose 4->5 also has
+// class 5, as near as 2->1.
+func TestLivenessLoopStaysInItsComponent(t *testing.T) {
+	c := graphChecker(6, []int32{3}, [][3]int32{
+		{0, 1, -1},
+		{1, 4, -1}, {1, 2, -1},
+		{2, 1, 5},
+		{4, 5, 5}, {4, 3, 9},
+		{5, 4, -1}, {5, 3, 9},
+	})
+	_, l := c.peerLiveness(newSCCs(len(c.info)), 0)
+	requireLasso(t, c, l)
+	for _, s := range l.path[l.cycle:] {
+		assert.Contains(t, []int32{1, 2}, s, "the loop leaves the fair component")
+	}
+}
+
+// afterYou serves P2 once P1 has been in: P0 keeps P2's request until
+// P1's leave reaches it (KindRelease), and P1 enters at once when it
+// asks. While P1 has not asked, P2 waits in states from which the only
+// step is P1's request, a free choice that no fair run owes but that the
+// checker takes as certain while it is the only thing left to do; none of
+// those states is on a cycle.
+type afterYou struct {
+	id              int
+	asked, released bool
+}
+
+func (a *afterYou) step(ev event, out *output) {
+	switch {
+	case a.id == 1 && ev.kind == evRequest:
+		out.enter()
+	case a.id == 1 && ev.kind == evRelease:
+		out.send(Message{Kind: KindRelease, From: 1, To: 0})
+	case a.id == 2 && ev.kind == evRequest:
+		out.send(Message{Kind: KindRequest, From: 2, To: 0})
+	case a.id == 2 && ev.kind == evMessage:
+		out.enter()
+	case ev.kind != evMessage:
+	case ev.msg.Kind == KindRequest:
+		a.asked = true
+	case ev.msg.Kind == KindRelease:
+		a.released = true
+	}
+	if a.id == 0 && a.asked && a.released {
+		a.asked = false
+		out.send(Message{Kind: KindGrant, From: 0, To: 2})
+	}
+}
+func (a *afterYou) clone() machine { c := *a; return &c }
+func (a *afterYou) appendState(b []byte) []byte {
+	return appendBool(appendBool(b, a.asked), a.released)
+}
+
+// Class: a "cycle" that is not one. A component of one state with no
+// edge back to itself is no loop, and a lasso's loop must come back to
+// where it began. Broken checker that failed it: every component taken
+// as cyclic (the cyclic tests of peerLiveness and fairComponent both made
+// true), for afterYou and the hand-made graphs; the loop not walked back to its first state
+// (fairCycle's last walk dropped), for sideNote and bouncer.
+func TestLivenessCycleIsOne(t *testing.T) {
+	for _, net := range []Network{NetworkFIFO, NetworkUnordered} {
+		t.Run(net.String(), func(t *testing.T) {
+			res := mustCheck(t, CheckConfig{Algorithm: Centralized, N: 3, RequestsPerPeer: []int{0, 1, 1}, Network: net,
+				build: func(id, _ int) machine { return &afterYou{id: id} }})
+			require.True(t, res.Complete)
+			assert.Equal(t, Holds, res.DeadlockFree)
+			assert.Equal(t, "holds", starvation(res), "no state where P2 waits is on a cycle")
+			assert.Nil(t, res.Violation)
+
+			cfg := CheckConfig{Algorithm: Centralized, N: 3, RequestsPerPeer: []int{0, 0, 1}, Network: net,
+				build: func(id, _ int) machine { return &sideNote{id: id} }}
+			res = mustCheck(t, cfg)
+			requireFairLasso(t, cfg, res.Violation, 2)
+		})
+	}
+	for _, tt := range []struct {
+		name  string
+		edges [][3]int32
+		loop  bool
+	}{
+		{"a chain", [][3]int32{{0, 1, -1}, {1, 2, -1}, {2, 3, -1}}, false},
+		{"a state with no edge back", [][3]int32{{0, 1, -1}, {1, 3, -1}, {1, 2, -1}, {2, 3, -1}}, false},
+		{"a self-loop", [][3]int32{{0, 1, -1}, {1, 1, -1}, {1, 3, -1}}, true},
+		{"a loop of two", [][3]int32{{0, 1, -1}, {1, 2, -1}, {2, 1, -1}, {2, 3, -1}}, true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			c := graphChecker(4, []int32{3}, tt.edges)
+			_, l := c.peerLiveness(newSCCs(len(c.info)), 0)
+			if !tt.loop {
+				require.Nil(t, l)
+				return
+			}
+			requireLasso(t, c, l)
+		})
+	}
+}
+
+// slowStarver starves P2 after a warm-up: P0 and P1 pass a counter up to
+// slowStarverHops before their ping settles into a loop, and P2's request
+// is never granted. A search stopped before the loop has seen no cycle.
+type slowStarver struct{ id int }
+
+const slowStarverHops = 40
+
+func (s *slowStarver) step(ev event, out *output) {
+	switch {
+	case s.id == 2 && ev.kind == evRequest:
+		out.send(Message{Kind: KindRequest, From: 2, To: 0})
+	case ev.kind != evMessage:
+	case ev.msg.Kind == KindRequest:
+		out.send(Message{Kind: KindInquire, From: 0, To: 1, TS: 1})
+	case ev.msg.Kind == KindInquire:
+		out.send(Message{Kind: KindInquire, From: s.id, To: 1 - s.id, TS: min(ev.msg.TS+1, slowStarverHops)})
+	}
+}
+func (s *slowStarver) clone() machine              { c := *s; return &c }
+func (s *slowStarver) appendState(b []byte) []byte { return b }
+
+// Class: a state bound making liveness vacuously true. A search stopped
+// by MaxStates has not seen every cycle, so it must not say that no fair
+// cycle starves anyone. Broken checker that failed it: liveness computed
+// over an incomplete graph (liveness's Complete test dropped).
+func TestLivenessNotDecidedByABound(t *testing.T) {
+	cfg := CheckConfig{Algorithm: Centralized, N: 3, RequestsPerPeer: []int{0, 0, 1},
+		build: func(id, _ int) machine { return &slowStarver{id: id} }}
+	res := mustCheck(t, cfg)
+	require.True(t, res.Complete)
+	require.Equal(t, "refuted", starvation(res), "the full search finds the loop")
+	full := res.States
+
+	cfg.MaxStates = full / 2
+	res = mustCheck(t, cfg)
+	require.False(t, res.Complete)
+	assert.False(t, res.Liveness)
+	assert.Equal(t, "undecided", starvation(res), "stopped at %d of %d states", res.States, full)
+	assert.Equal(t, -1, res.MaxOvertakes, "no bound on overtaking either")
+}
+
+// Class: symmetry hiding a violation. Check has no symmetry reduction:
+// it never merges states that differ by a permutation of peers. What it
+// has is a partial-order reduction (PartialOrder, -por), which keeps
+// safety and deadlocks but not the cycles of fair runs (persistent sets
+// can defer a delivery round a loop for ever), so liveness must not be
+// computed from it; and state merging for clock machines (stamps written
+// less the least, and StampGaps), which TestStampGapsKeepsLiveness and
+// TestLivenessClockShiftKeepsStarvation cover. Broken checker that failed
+// this test: StarvationFree left true when the search kept no graph
+// (liveness's graph test dropped).
+func TestLivenessNotHiddenByPartialOrder(t *testing.T) {
+	cfg := CheckConfig{Algorithm: Centralized, N: 3, RequestsPerPeer: []int{0, 0, 1},
+		build: func(id, _ int) machine { return &sideNote{id: id} }}
+	require.Equal(t, "refuted", starvation(mustCheck(t, cfg)))
+
+	cfg.PartialOrder = true
+	res, err := Check(context.Background(), cfg)
+	if err == nil {
+		// Should PartialOrder ever run with the graph, it must still
+		// find the starvation.
+		assert.Equal(t, "refuted", starvation(res))
+	} else {
+		require.ErrorIs(t, err, ErrInvalidConfig)
+	}
+
+	cfg.SafetyOnly = true
+	res = mustCheck(t, cfg)
+	require.True(t, res.Complete && res.PartialOrder)
+	assert.False(t, res.Liveness)
+	assert.Equal(t, "undecided", starvation(res), "a reduced search does not decide liveness")
+}
+
+// Class: parallel search missing a violation. Check's search runs in one
+// goroutine, and the fair-cycle search after it too; there is no parallel
+// search to miss one. Should one come, every test above must pass with it.
+
+// clockPing is sideNote's starvation with Lamport clocks: P2's request
+// (stamp 0, P2 keeps no clock) starts a ping between P0 and P1 whose
+// stamps grow for ever, and is never granted. Only the world's encoding
+// of stamps less the least one (clockMachine, over FIFO queues) makes the
+// ping a cycle of states; without it the states never repeat.
+type clockPing struct {
+	id      int
+	clock   uint64
+	pinging bool
+}
+
+func (c *clockPing) step(ev event, out *output) {
+	switch {
+	case c.id == 2 && ev.kind == evRequest:
+		out.send(Message{Kind: KindRequest, From: 2, To: 0})
+	case c.id == 2 || ev.kind != evMessage:
+	case ev.msg.Kind == KindRequest:
+		if !c.pinging {
+			c.pinging = true
+			c.clock++
+			out.send(Message{Kind: KindInquire, From: 0, To: 1, TS: c.clock})
+		}
+	case ev.msg.Kind == KindInquire:
+		c.clock = max(c.clock, ev.msg.TS) + 1
+		out.send(Message{Kind: KindInquire, From: c.id, To: 1 - c.id, TS: c.clock})
+	}
+}
+func (c *clockPing) clone() machine              { d := *c; return &d }
+func (c *clockPing) appendState(b []byte) []byte { return c.appendStateIn(b, false, nil) }
+func (c *clockPing) appendStateIn(b []byte, _ bool, sm *stampMap) []byte {
+	b = appendBool(b, c.pinging)
+	if c.id == 2 {
+		return b
+	}
+	return appendUint(b, sm.of(c.clock))
+}
+func (c *clockPing) appendStamps(s []uint64, _ bool) []uint64 {
+	if c.id == 2 {
+		return s
+	}
+	return append(s, c.clock)
+}
+func (c *clockPing) entryEvents(n int) int     { return 2 }
+func (c *clockPing) carriesTry(m Message) bool { return false }
+
+// clockPing is a clockMachine: the test is empty without it.
+var _ clockMachine = (*clockPing)(nil)
+
+// TestLivenessClockShiftKeepsStarvation: the one merging of states Check
+// does besides hashing, stamps written less the least (and StampGaps),
+// must keep a starvation that only it makes finite, and its loop must be
+// a fair run of the merged states; over a bag, where stamps are kept as
+// they are, the states never repeat and a bounded search decides nothing.
+// Broken checker that failed it: the shift never applied (World.classify
+// setting clocks false), which leaves the FIFO search without end.
+func TestLivenessClockShiftKeepsStarvation(t *testing.T) {
+	build := func(id, _ int) machine { return &clockPing{id: id} }
+	for _, gaps := range []bool{false, true} {
+		t.Run(fmt.Sprintf("fifo/stampGaps=%v", gaps), func(t *testing.T) {
+			cfg := CheckConfig{Algorithm: Lamport, N: 3, RequestsPerPeer: []int{0, 0, 1}, StampGaps: gaps,
+				MaxStates: 10_000, build: build}
+			res := mustCheck(t, cfg)
+			require.True(t, res.Complete, "the shift makes the ping a cycle")
+			assert.Equal(t, "refuted", starvation(res))
+			requireFairLasso(t, cfg, res.Violation, 2)
+		})
+	}
+	t.Run("unordered", func(t *testing.T) {
+		res := mustCheck(t, CheckConfig{Algorithm: Lamport, N: 3, RequestsPerPeer: []int{0, 0, 1}, Network: NetworkUnordered,
+			MaxStates: 2_000, build: build})
+		assert.False(t, res.Complete)
+		assert.NotEqual(t, "holds", starvation(res))
+	})
 }
