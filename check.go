@@ -381,7 +381,8 @@ type CheckResult struct {
 	Transitions int     `json:"transitions"`
 	Seconds     float64 `json:"seconds"`
 	// Complete says that the search explored every reachable state;
-	// Stopped says why not when it is false.
+	// Stopped says why not when it is false (or StoppedByContext when the
+	// context ended after the last state, before liveness was computed).
 	Complete bool       `json:"complete"`
 	Stopped  StopReason `json:"stopped,omitempty"`
 	// PartialOrder says that the search was reduced (CheckConfig's
@@ -527,6 +528,12 @@ func Check(ctx context.Context, cfg CheckConfig) (CheckResult, error) {
 		}
 		return CheckResult{}, err
 	}
+	if ctx.Err() != nil {
+		// Every state was seen, but the context ended before the fair
+		// cycles were searched: liveness stays undecided.
+		c.stopped = StoppedByContext
+		return c.result(), ctx.Err()
+	}
 	c.liveness()
 	return c.result(), nil
 }
@@ -557,7 +564,7 @@ func (c *checker) result() CheckResult {
 		Blocked:      r.Blocked,
 		Violation:    r.Violation,
 	}
-	if !r.Complete {
+	if !r.Complete || c.stopped == StoppedByContext {
 		out.Stopped = c.stopped
 	}
 	deadlock := c.firstDeadlock >= 0 || c.deadlockPath != nil

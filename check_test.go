@@ -800,3 +800,23 @@ func TestWorldSizeIsAnUpperBound(t *testing.T) {
 	assert.GreaterOrEqual(t, counted, real-real/10)
 	runtime.KeepAlive(frontier)
 }
+
+// endedCtx is a context that ends just after the search: its Done
+// channel never fires, but Err reports it cancelled.
+type endedCtx struct{ context.Context }
+
+func (endedCtx) Err() error { return context.Canceled }
+
+// TestCheckCancelBeforeLiveness: a context that ends after the last state
+// but before the fair cycles are searched leaves liveness undecided, and
+// Check says why, with ctx.Err().
+func TestCheckCancelBeforeLiveness(t *testing.T) {
+	res, err := Check(endedCtx{context.Background()}, CheckConfig{Algorithm: RicartAgrawala, N: 3})
+	require.ErrorIs(t, err, context.Canceled)
+	assert.True(t, res.Complete)
+	assert.Equal(t, StoppedByContext, res.Stopped)
+	assert.Equal(t, Holds, res.Safe)
+	assert.Equal(t, Holds, res.DeadlockFree)
+	assert.Equal(t, Undecided, res.StarvationFree)
+	assert.False(t, res.Liveness)
+}
