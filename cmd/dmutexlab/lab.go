@@ -23,7 +23,11 @@ const maxTicks = 2000
 
 // checkStates bounds the model checker's search from the page: enough for
 // every variant (the largest, maekawa-textbook-failed, needs about 283,000
-// states) at about 150 bytes a state.
+// states). States of eight peers with a detector are far larger than
+// the 150 bytes of a small one, so checkMemory (main.go) bounds the
+// search too: over every algorithm at n = 8, each network and detector,
+// the largest stopped at it with the server's peak resident set at 542 MB
+// and took at most 9.5 s.
 const checkStates = 1_000_000
 
 // A state is everything a run is made of, as the page's URL holds it: the
@@ -172,17 +176,38 @@ func parseState(q url.Values) (*state, error) {
 		}
 		st.False = k
 	}
-	st.Sets = q.Get("sets")
-	st.Tree = q.Get("tree")
+	// The numbers of sets and tree are re-printed, so that the query the
+	// answer repeats (in every tick's upto) is as short as the state.
+	if v := q.Get("sets"); v != "" {
+		var parts []string
+		for part := range strings.SplitSeq(v, "/") {
+			set, err := parseInts(part)
+			if err != nil {
+				return nil, bad("sets: %v", err)
+			}
+			parts = append(parts, printInts(set))
+		}
+		st.Sets = strings.Join(parts, "/")
+	}
+	if v := q.Get("tree"); v != "" {
+		parents, err := parseInts(v)
+		if err != nil {
+			return nil, bad("tree: %v", err)
+		}
+		st.Tree = printInts(parents)
+	}
 	if v := q.Get("loss"); v != "" {
 		p, err := strconv.ParseFloat(v, 64)
-		if err != nil || p < 0 || p >= 1 {
+		if err != nil || !(p >= 0 && p < 1) { // NaN fails both
 			return nil, bad("loss: %q is not a probability in [0, 1)", v)
 		}
 		st.Loss = p
 	}
 	if v := q.Get("c"); v != "" {
 		st.Choices = strings.Split(v, ".")
+		if len(st.Choices) > maxTicks {
+			return nil, bad("c: %d choices, more than %d", len(st.Choices), maxTicks)
+		}
 	}
 	if v := q.Get("cx"); v != "" {
 		k, err := strconv.Atoi(v)
@@ -286,6 +311,15 @@ func (st *state) algOptions() ([]dmutex.Option, error) {
 		opts = append(opts, dmutex.WithTree(parents))
 	}
 	return opts, nil
+}
+
+// printInts is the inverse of parseInts.
+func printInts(vs []int) string {
+	fs := make([]string, len(vs))
+	for i, v := range vs {
+		fs[i] = strconv.Itoa(v)
+	}
+	return strings.Join(fs, ",")
 }
 
 func parseInts(s string) ([]int, error) {
@@ -723,6 +757,7 @@ func checkState(ctx context.Context, st *state) (*state, *dmutex.CheckResult, er
 		Network:        dmutex.NetworkFIFO,
 		Options:        algOpts,
 		MaxStates:      checkStates,
+		MaxMemory:      checkMemory,
 		StopAtDeadlock: true,
 		Detector:       st.detector(),
 	}

@@ -15,6 +15,11 @@
 // the library, replayed from the configuration, the seed and the choices
 // that the page's URL holds, so a link reopens a run exactly.
 //
+// The server answers only its own page (a request that a browser marks as
+// coming from another site, or for another host name, is refused), runs
+// at most two checks at once, each within 30 s and a memory bound, and
+// refuses with a JSON error any value it cannot take.
+//
 //	go run ./cmd/dmutexlab            # prints the URL to open
 //	go run ./cmd/dmutexlab -addr 127.0.0.1:8080
 package main
@@ -65,7 +70,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	srv := &http.Server{Handler: newHandler(), ReadHeaderTimeout: 10 * time.Second}
+	srv := newServer()
 	fmt.Fprintf(stdout, "dmutexlab: open http://%s/\n", ln.Addr())
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
@@ -81,8 +86,41 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	return err
 }
 
+// newServer is the lab's server, with timeouts: a client that sends its
+// request slowly, reads the answer slowly or not at all, or keeps an idle
+// connection, does not hold the server's resources for long.
+func newServer() *http.Server {
+	return &http.Server{
+		Handler:           newHandler(),
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       10 * time.Second,
+		// A check may take checkTime; the answer then has this long to go
+		// out to a client that reads it slowly, or not at all.
+		WriteTimeout: checkTime + 30*time.Second,
+		IdleTimeout:  30 * time.Second,
+	}
+}
+
+// The server's bounds: whatever a request asks, a check takes at most
+// checkTime and checkMemory (as the checker counts it: the Go heap may
+// reach about twice that), at most maxChecks run at once, a state's query
+// has at most maxQuery bytes, and an answer at most maxAnswer.
+const (
+	checkMemory = 256 << 20
+	maxChecks   = 2
+	maxQuery    = 16 << 10
+	maxAnswer   = 8 << 20
+)
+
+// checkTime bounds a check's time; a variable, for a test.
+var checkTime = 30 * time.Second
+
 // newHandler serves the page and the API.
-func newHandler() http.Handler {
+func newHandler() http.Handler { return newHandlerSlots(make(chan struct{}, maxChecks)) }
+
+// newHandlerSlots is newHandler with checks' slots of its own: a check
+// runs only when it can put a value in checks.
+func newHandlerSlots(checks chan struct{}) http.Handler {
 	mux := http.NewServeMux()
 	sub, err := fs.Sub(static, "static")
 	if err != nil {
@@ -111,7 +149,22 @@ func newHandler() http.Handler {
 			writeError(w, err)
 			return
 		}
-		cx, res, err := checkState(r.Context(), st)
+		select {
+		case checks <- struct{}{}:
+			defer func() { <-checks }()
+		default:
+			writeJSON(w, http.StatusServiceUnavailable, map[string]string{
+				"error": fmt.Sprintf("%d checks are running already; try again when one is done", cap(checks))})
+			return
+		}
+		ctx, cancel := context.WithTimeout(r.Context(), checkTime)
+		defer cancel()
+		cx, res, err := checkState(ctx, st)
+		if errors.Is(err, context.DeadlineExceeded) {
+			writeJSON(w, http.StatusServiceUnavailable, map[string]string{
+				"error": fmt.Sprintf("the check ran out of its %v; try fewer peers or false suspicions", checkTime)})
+			return
+		}
 		if err != nil {
 			writeError(w, err)
 			return
@@ -122,7 +175,50 @@ func newHandler() http.Handler {
 		}
 		writeJSON(w, http.StatusOK, out)
 	})
-	return mux
+	return sameSite(mux)
+}
+
+// sameSite refuses an API request that does not come from the lab's own
+// page, so that another web page open in the same browser cannot drive
+// the server (a GET needs no CORS preflight): a browser says where a
+// request comes from in Sec-Fetch-Site, Origin or Referer, and each it
+// sends must name this server. A Host that is not a loopback address or
+// localhost is refused too, against a name rebound to 127.0.0.1. Clients
+// that send none of the three, such as curl, are served.
+func sameSite(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasPrefix(r.URL.Path, "/api/") {
+			if err := fromOwnPage(r); err != nil {
+				writeJSON(w, http.StatusForbidden, map[string]string{"error": err.Error()})
+				return
+			}
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+func fromOwnPage(r *http.Request) error {
+	host, _, err := net.SplitHostPort(r.Host)
+	if err != nil {
+		host = r.Host
+	}
+	if ip := net.ParseIP(strings.Trim(host, "[]")); (ip == nil || !ip.IsLoopback()) && host != "localhost" {
+		return fmt.Errorf("host %q: the lab answers only on a loopback address", r.Host)
+	}
+	switch site := r.Header.Get("Sec-Fetch-Site"); site {
+	case "", "same-origin", "none":
+	default:
+		return fmt.Errorf("Sec-Fetch-Site %q: the lab answers only its own page", site)
+	}
+	if o := r.Header.Get("Origin"); o != "" && o != "http://"+r.Host {
+		return fmt.Errorf("origin %q: the lab answers only its own page", o)
+	}
+	if ref := r.Header.Get("Referer"); ref != "" {
+		if u, err := url.Parse(ref); err != nil || u.Host != r.Host {
+			return fmt.Errorf("referer %q: the lab answers only its own page", ref)
+		}
+	}
+	return nil
 }
 
 type checkView struct {
@@ -133,6 +229,9 @@ type checkView struct {
 // parseQuery reads the state from the request's query, refusing a query
 // that does not parse.
 func parseQuery(r *http.Request) (*state, error) {
+	if len(r.URL.RawQuery) > maxQuery {
+		return nil, bad("state of %d bytes, more than %d", len(r.URL.RawQuery), maxQuery)
+	}
 	q, err := urlParse(r.URL.RawQuery)
 	if err != nil {
 		return nil, bad("malformed state: %v", err)
@@ -150,12 +249,26 @@ func writeError(w http.ResponseWriter, err error) {
 	writeJSON(w, http.StatusInternalServerError, map[string]string{"error": err.Error()})
 }
 
+// writeJSON writes v as the answer, or an error if v does not encode (a
+// NaN, say) or its encoding is longer than maxAnswer.
 func writeJSON(w http.ResponseWriter, code int, v any) {
+	b, err := json.Marshal(v)
+	switch {
+	case err != nil:
+		log.Printf("dmutexlab: %v", err)
+		code, b = http.StatusInternalServerError, errorJSON("dmutexlab: the answer does not encode: "+err.Error())
+	case len(b) > maxAnswer:
+		code, b = http.StatusBadRequest, errorJSON(fmt.Sprintf("the answer would be %d bytes, more than %d: ask for fewer choices", len(b), maxAnswer))
+	}
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(code)
-	enc := json.NewEncoder(w)
-	_ = enc.Encode(v)
+	_, _ = w.Write(append(b, '\n'))
+}
+
+func errorJSON(msg string) []byte {
+	b, _ := json.Marshal(map[string]string{"error": msg})
+	return b
 }
 
 // The API's views.
