@@ -23,6 +23,7 @@ const (
 	NaimiTrehel
 	LodhaKshemkalyani
 	RicartAgrawalaToken
+	AgrawalElAbbadi
 	numAlgorithms
 )
 
@@ -51,6 +52,7 @@ var algorithms = [numAlgorithms]algorithmSpec{
 	NaimiTrehel:         {name: "naimi-trehel", build: newNaimiTrehel},
 	LodhaKshemkalyani:   {name: "lodha-kshemkalyani", fifo: true, build: newLodha},
 	RicartAgrawalaToken: {name: "ricart-agrawala-token", build: newRicartToken},
+	AgrawalElAbbadi:     {name: "agrawal-el-abbadi", fifo: true, build: newAgrawalElAbbadi},
 }
 
 // Algorithms returns every algorithm, in the order of the constants.

@@ -47,6 +47,7 @@ var expectations = [numAlgorithms]checkExpectation{
 	NaimiTrehel:         {tokens: true, nets: []Network{NetworkFIFO, NetworkUnordered}},
 	LodhaKshemkalyani:   {order: orderTimestamp, nets: []Network{NetworkFIFO}},
 	RicartAgrawalaToken: {tokens: true, nets: []Network{NetworkFIFO, NetworkUnordered}},
+	AgrawalElAbbadi:     {nets: []Network{NetworkFIFO}},
 }
 
 // checkCase is one configuration for the exhaustive check.
@@ -86,7 +87,8 @@ func checkCases() []checkCase {
 					// which overtook newer ones and lost a reply.
 					cs = append(cs, checkCase{v: v, n: 2, requests: 3, net: net})
 				}
-				if a == Maekawa {
+				if a == Maekawa || a == AgrawalElAbbadi {
+					// Agrawal-El Abbadi: 210,515 states with the graph, 15 s.
 					cs = append(cs, checkCase{v: v, n: 4, requests: 1, net: net, big: true, live: true})
 				}
 				if a == RicartAgrawala && net == NetworkFIFO {
@@ -223,7 +225,7 @@ func promisedOvertakes(a Algorithm, n, r int) int {
 		return n - 1 // the token passes each other peer once
 	case a == Maekawa && n == 3 && r == 3:
 		return 5 // more than twice per other peer
-	case a == Lamport || a == RicartAgrawala || a == Maekawa || a == LodhaKshemkalyani:
+	case a == Lamport || a == RicartAgrawala || a == Maekawa || a == LodhaKshemkalyani || a == AgrawalElAbbadi:
 		return (n - 1) * min(r, 2) // timestamps: at most twice per other peer
 	}
 	return (n - 1) * r // every other request: one in flight holds nobody back

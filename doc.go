@@ -29,6 +29,7 @@
 //	RoucairolCarvalho          permission  0 to 2(n-1)             any           CACM 1983
 //	LodhaKshemkalyani          permission  n-1 to 2(n-1)           FIFO          IEEE TPDS 2000
 //	Maekawa                    permission  3(K-1), K ≤ 2⌈√n⌉-1     FIFO          ACM TOCS 1985
+//	AgrawalElAbbadi            permission  3(K-1), K ≤ ⌊log₂ n⌋+1  FIFO          ACM TOCS 1991
 //	SuzukiKasami               token       0 if held, else n       any           ACM TOCS 1985
 //	TokenRing                  token       1 hop at full load      any           -
 //	Raymond                    token       2 × tree distance       any           ACM TOCS 1989
@@ -37,7 +38,7 @@
 //
 // Each constructor's doc comment ([NewCentralized], [NewLamport],
 // [NewRicartAgrawala], [NewRoucairolCarvalho], [NewLodhaKshemkalyani],
-// [NewMaekawa], [NewSuzukiKasami], [NewTokenRing], [NewRaymond],
+// [NewMaekawa], [NewAgrawalElAbbadi], [NewSuzukiKasami], [NewTokenRing], [NewRaymond],
 // [NewNaimiTrehel], [NewRicartAgrawalaToken], or [New] with an
 // [Algorithm]) states its paper, channel
 // assumption, message cost, fairness and failure behaviour. [NewMaekawa]'s also
@@ -60,7 +61,9 @@
 // one release per entry when all ask at once.
 // Maekawa trades
 // messages for smaller quorums: 2⌈√n⌉-1 peers at most on the grid, about
-// √n on a projective plane. Token algorithms cost nothing while the
+// √n on a projective plane; Agrawal-El Abbadi's tree quorums are
+// root-to-leaf paths, about log₂ n peers, and route around failed peers.
+// Token algorithms cost nothing while the
 // token stays with one busy peer and pay to fetch it otherwise; Raymond's
 // static tree makes fetching O(log n), and Naimi-Trehel's tree, which
 // every request reshapes, O(log n) on average. Without [WithRecovery] none of them

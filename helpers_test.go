@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/bits"
 	"math/rand/v2"
 	"runtime"
 	"sync"
@@ -199,6 +200,20 @@ type closedForm struct {
 // cluster of n. The runtime's and the simulator's count tests both check
 // against it.
 var closedForms = []closedForm{
+	{variant{name: "agrawal-el-abbadi", alg: AgrawalElAbbadi}, func(n, id, _ int) map[string]uint64 {
+		// A request, a vote and a release for each other peer of the
+		// path from the root through id down the leftmost branch: K-1 of
+		// them, K being the depth of the leaf it ends at, plus one.
+		leaf := id
+		for 2*leaf+1 < n {
+			leaf = 2*leaf + 1
+		}
+		k1 := uint64(bits.Len(uint(leaf+1)) - 1)
+		if k1 == 0 {
+			return map[string]uint64{}
+		}
+		return map[string]uint64{"request": k1, "locked": k1, "release": k1}
+	}},
 	{variant{name: "ricart-agrawala", alg: RicartAgrawala}, func(n, _, _ int) map[string]uint64 {
 		return map[string]uint64{"request": uint64(n - 1), "reply": uint64(n - 1)}
 	}},

@@ -38,6 +38,7 @@ func TestTimedTextbook(t *testing.T) {
 		{Lamport, 1, 0.001, 2 + e, 0.05},
 		{RicartAgrawala, 1, 0.001, 2 + e, 0.05},
 		{Maekawa, 2, 0.001, 2 + e, 0.1},
+		{AgrawalElAbbadi, 2, 0.001, 2 + e, 0.1},
 		{LodhaKshemkalyani, 1, 0.001, 2 + e, 0.05},
 		// ...Roucairol-Carvalho's peer re-enters without a message (0 T)
 		// when nobody has taken a permission since its last entry: at

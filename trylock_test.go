@@ -106,6 +106,25 @@ func tryCostsWithZeros(v variant, n, h, j int) map[string]uint64 {
 			return map[string]uint64{"try": k(n - 1), "reply": k(n - 2), "busy": 1}
 		}
 		return map[string]uint64{"try": k(n - 1), "reply": k(n - 1)}
+	case AgrawalElAbbadi:
+		// The paths of the tree 0(1(3 4) 2) of five peers: each other
+		// member gets a try and a release, and answers busy if it is on
+		// the holder's path, else locked.
+		paths := [][]int{{0, 1, 3}, {0, 1, 3}, {0, 2}, {0, 1, 3}, {0, 1, 4}}
+		want := map[string]uint64{}
+		for _, v := range paths[j] {
+			if v == j {
+				continue
+			}
+			want["try"]++
+			want["release"]++
+			if refused && slices.Contains(paths[h], v) {
+				want["busy"]++
+			} else {
+				want["locked"]++
+			}
+		}
+		return want
 	case RoucairolCarvalho:
 		// In a fresh cluster j lacks the permissions of the peers before
 		// it; the holder, peer 0, answers busy, the others give theirs.

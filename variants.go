@@ -75,6 +75,14 @@ var variantList = []Variant{
 		wrap:      func(m machine) machine { return &mkYieldUnheld{m.(*maekawa)} },
 	},
 	{
+		Name:      "agrawal-el-abbadi-yield-unheld",
+		Algorithm: AgrawalElAbbadi,
+		Teaches:   "Tree quorums need FIFO channels as Maekawa's voting does: over reordering channels an INQUIRE that overtakes its LOCKED, answered at once, gives back a vote not yet held, which then counts when it arrives, and two peers enter.",
+		N:         3, Requests: 1, Network: NetworkUnordered,
+		unordered: true,
+		wrap:      func(m machine) machine { return &mkYieldUnheld{&m.(*agrawalElAbbadi).maekawa} },
+	},
+	{
 		Name:      "suzuki-kasami-outdated-token",
 		Algorithm: SuzukiKasami,
 		Teaches:   "Suzuki-Kasami must not send the token for an outdated request (RN[j] <= LN[j]): a late copy of an already served request pulls the token to a peer that no longer wants it, and a request waits for ever or the order of service breaks.",

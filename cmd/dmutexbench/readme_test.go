@@ -29,10 +29,11 @@ func benchTable(t *testing.T, text string) map[string][]string {
 // k, and the weakness. "msgs 1 at a time" runs on goroutines: exact for
 // the algorithms whose count does not depend on when the next request
 // comes (not the token ring, whose idle lap may still be going, nor
-// Maekawa, whose voters may still hold the last RELEASE).
+// Maekawa and Agrawal-El Abbadi, whose voters may still hold the last
+// RELEASE).
 var exactColumns = []int{0, 1, 2, 4, 5, 12}
 
-var timedOne = map[string]bool{"token-ring": true, "maekawa": true}
+var timedOne = map[string]bool{"token-ring": true, "maekawa": true, "agrawal-el-abbadi": true}
 
 // TestREADMEMessageColumns runs the wide table (n = 8) with short
 // latency runs and compares its exact columns with docs/benchmarks.md's

@@ -32,6 +32,7 @@ var textbook = map[string][2]string{
 	"ricart-agrawala":       {"T", "2T+E"},
 	implicitName:            {"T", "2T+E"},
 	"maekawa":               {"2T", "2T+E"},
+	"agrawal-el-abbadi":     {"2T", "2T+E"},
 	"suzuki-kasami":         {"T", "2T+E"},
 	"raymond":               {"T log(N)/2", "T log(N)+E"},
 	"roucairol-carvalho":    {"T", "2T+E"},

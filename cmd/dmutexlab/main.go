@@ -528,6 +528,10 @@ func theoryOf(st *state) theory {
 		return theory{"3(K-1) to 5(K-1), K = voting set size",
 			map[string]string{"request": "K-1", "locked": "K-1", "release": "K-1", "inquire": "contention only",
 				"failed": "contention only", "relinquish": "contention only"}}
+	case dmutex.AgrawalElAbbadi:
+		return theory{"3(K-1) to 4(K-1), K = path length, about log2 N",
+			map[string]string{"request": "K-1", "locked": "K-1", "release": "K-1", "inquire": "contention only",
+				"failed": "contention only", "relinquish": "contention only"}}
 	case dmutex.Raymond:
 		return theory{"2d, d = tree distance to the holder", map[string]string{"request": "d", "privilege": "d"}}
 	case dmutex.NaimiTrehel:
