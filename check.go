@@ -205,9 +205,17 @@ type CheckConfig struct {
 	// reach about twice that between collections under the default GOGC.
 	MaxMemory int64
 
+	// Fingerprint is the bits of the hash kept for each state: 128 (the
+	// default, also for 0) or 64, which halves the table of hashes (8
+	// bytes a state instead of 16) at a higher chance that two states
+	// share a hash and the search skips one: below s²/2^65 for s states
+	// instead of s²/2^129 (docs/checking.md gives it for a few sizes).
+	// CheckResult.CollisionChance gives it for the search made.
+	Fingerprint int
+
 	// SafetyOnly skips the graph that liveness and bounded waiting need:
-	// the search keeps a 128-bit fingerprint per state (16 bytes, in a
-	// table between 3/8 and 3/4 full) and the worlds of the current path,
+	// the search keeps a fingerprint per state (16 bytes, or 8 with 64-bit
+	// Fingerprint, in a table between 3/8 and 3/4 full) and the worlds of the current path,
 	// instead of about 150 bytes per state and the whole frontier, for the
 	// biggest spaces. The search is then depth first, so a counterexample
 	// is not always a shortest one, and the fair cycles of StarvationFree
@@ -391,6 +399,14 @@ type CheckResult struct {
 	// StampGaps says that states differing only in wide gaps between
 	// stamps were merged (CheckConfig's StampGaps).
 	StampGaps bool `json:"stampGaps,omitempty"`
+	// FingerprintBits is the bits of the hash kept for each state
+	// (CheckConfig.Fingerprint), and CollisionChance a bound on the chance
+	// that two of the States share one, so that the search skipped a state
+	// and what is reachable only through it (see Check): s(s-1)/2^(b+1)
+	// for s states and b bits, the union bound over pairs of states, were
+	// the hashes independent and uniform.
+	FingerprintBits int     `json:"fingerprintBits"`
+	CollisionChance float64 `json:"collisionChance"`
 
 	// Safe: no two peers inside at once, entries in the promised order,
 	// exactly one token, no malformed message, and the promises a machine
@@ -491,8 +507,9 @@ func (v *Violation) Replay() (*World, error) {
 // in every state with nothing left to do, breadth first, so that a
 // counterexample is a shortest one. Two states are the same when they
 // encode the same (serial numbers of messages left out); 128-bit hashes
-// of the encodings are stored (hash compaction). A collision, with a
-// chance below s²/2^129 for s states, would hide a state and those
+// of the encodings are stored (hash compaction; 64-bit with
+// cfg.Fingerprint). A collision, with a chance below s²/2^129 for s
+// states (s²/2^65 with 64 bits; CheckResult.CollisionChance), would hide a state and those
 // reachable only through it: a Holds could then be wrong, while a
 // refuted safety, fenced safety or deadlock is always a state the search
 // reached by real steps; the graph that starvation and MaxOvertakes are
@@ -544,25 +561,27 @@ func Check(ctx context.Context, cfg CheckConfig) (CheckResult, error) {
 func (c *checker) result() CheckResult {
 	r := c.res
 	out := CheckResult{
-		Algorithm:    c.cc.Algorithm.String(),
-		Variant:      c.cc.Variant,
-		N:            c.cc.N,
-		Requests:     c.cc.Requests,
-		Tries:        c.cc.Tries,
-		Network:      c.cc.Network.String(),
-		Faults:       c.cc.Faults.String(),
-		Detector:     c.cc.Detector.String(),
-		Fenced:       c.cc.Fenced,
-		PartialOrder: c.cc.PartialOrder,
-		StampGaps:    c.cc.StampGaps,
-		States:       r.States,
-		Transitions:  r.Transitions,
-		Seconds:      time.Since(c.start).Seconds(),
-		Complete:     r.Complete,
-		Liveness:     r.Liveness,
-		MaxOvertakes: -1,
-		Blocked:      r.Blocked,
-		Violation:    r.Violation,
+		Algorithm:       c.cc.Algorithm.String(),
+		Variant:         c.cc.Variant,
+		N:               c.cc.N,
+		Requests:        c.cc.Requests,
+		Tries:           c.cc.Tries,
+		Network:         c.cc.Network.String(),
+		Faults:          c.cc.Faults.String(),
+		Detector:        c.cc.Detector.String(),
+		Fenced:          c.cc.Fenced,
+		PartialOrder:    c.cc.PartialOrder,
+		StampGaps:       c.cc.StampGaps,
+		States:          r.States,
+		Transitions:     r.Transitions,
+		FingerprintBits: c.cc.Fingerprint,
+		CollisionChance: collisionChance(r.States, c.cc.Fingerprint),
+		Seconds:         time.Since(c.start).Seconds(),
+		Complete:        r.Complete,
+		Liveness:        r.Liveness,
+		MaxOvertakes:    -1,
+		Blocked:         r.Blocked,
+		Violation:       r.Violation,
 	}
 	if !r.Complete || c.stopped == StoppedByContext {
 		out.Stopped = c.stopped
@@ -766,6 +785,13 @@ func newChecker(cc CheckConfig) (*checker, error) {
 	if cc.Detector.Kind != DetectorNone && cc.N > maxDetectorPeers {
 		return nil, fmt.Errorf("%w: a failure detector for %d peers, want at most %d", ErrInvalidConfig, cc.N, maxDetectorPeers)
 	}
+	switch cc.Fingerprint {
+	case 0:
+		cc.Fingerprint = 128
+	case 64, 128:
+	default:
+		return nil, fmt.Errorf("%w: %d-bit fingerprints, want 64 or 128", ErrInvalidConfig, cc.Fingerprint)
+	}
 	if cc.PartialOrder {
 		switch {
 		case !cc.SafetyOnly:
@@ -867,9 +893,13 @@ func (o *origin) world(trace bool) (*World, error) {
 	return w, nil
 }
 
-// fingerprint returns the 128-bit hash of w's encoding.
+// fingerprint returns the hash of w's encoding: 128 bits, or 64 in the
+// first word.
 func (c *checker) fingerprint(w *World) fingerprint {
 	c.buf = w.appendState(c.buf[:0], &c.mbufs, &c.sbuf, &c.stamps)
+	if c.cc.Fingerprint == 64 {
+		return fingerprint{maphash.Bytes(c.seeds[0], c.buf), 0}
+	}
 	return fingerprint{maphash.Bytes(c.seeds[0], c.buf), maphash.Bytes(c.seeds[1], c.buf)}
 }
 
@@ -944,7 +974,7 @@ func (c *checker) explore(ctx context.Context) error {
 		c.budget = DefaultMaxMemory
 	}
 	c.sample(w)
-	c.fps = newVisited(c.graph)
+	c.fps = newVisited(c.graph, c.cc.Fingerprint)
 	c.fps.add(c.fingerprint(w), 0)
 	c.res.States = 1
 	c.lastReport = c.start

@@ -15,7 +15,7 @@ const DefaultMaxMemory = 3 << 29
 // the depth-first path, or in the breadth-first frontier) at the average
 // size of the worlds it sampled.
 func (c *checker) memory(worlds int) int64 {
-	b := int64(cap(c.fps.keys))*int64(unsafe.Sizeof(fingerprint{})) + int64(cap(c.fps.ids))*4
+	b := c.fps.bytes()
 	b += int64(cap(c.parent)+cap(c.off)+cap(c.to)+cap(c.cls))*4 + int64(cap(c.ent))
 	b += int64(cap(c.info)) * int64(unsafe.Sizeof(stateInfo{}))
 	if c.graph {

@@ -1,25 +1,34 @@
 package dmutex
 
+import "math"
+
 // visited is the checker's set of explored states: an open-addressing
-// hash table of 128-bit fingerprints with linear probing, and, when the
-// checker keeps a graph, each state's id beside its fingerprint. It holds
-// no pointers, so the garbage collector never scans it, and a state costs
-// 16 bytes (20 with ids) over a load between 3/8 and 3/4, instead of the
-// 50 or so of a Go map.
+// hash table of fingerprints with linear probing, and, when the checker
+// keeps a graph, each state's id beside its fingerprint. A fingerprint
+// has 128 bits (keys) or 64 (keys64; CheckConfig.Fingerprint). The table
+// holds no pointers, so the garbage collector never scans it, and a state
+// costs 16 bytes (8 with 64-bit fingerprints; 4 more with ids) over a
+// load between 3/8 and 3/4, instead of the 50 or so of a Go map.
 type visited struct {
-	keys []fingerprint // the zero fingerprint marks an empty slot
-	ids  []int32       // nil without ids
-	n    int
-	mask uint64
+	keys   []fingerprint // 128 bits; the zero fingerprint marks an empty slot
+	keys64 []uint64      // 64 bits, instead of keys; zero marks an empty slot
+	ids    []int32       // nil without ids
+	n      int
+	mask   uint64
 }
 
-// A fingerprint is a 128-bit hash of a state's encoding; never zero in a
-// visited table.
+// A fingerprint is a hash of a state's encoding: 128 bits, or 64 in its
+// first word (the second is then zero). Never zero in a visited table.
 type fingerprint [2]uint64
 
-func newVisited(withIDs bool) *visited {
+func newVisited(withIDs bool, bits int) *visited {
 	const size = 1 << 16
-	v := &visited{keys: make([]fingerprint, size), mask: size - 1}
+	v := &visited{mask: size - 1}
+	if bits == 64 {
+		v.keys64 = make([]uint64, size)
+	} else {
+		v.keys = make([]fingerprint, size)
+	}
 	if withIDs {
 		v.ids = make([]int32, size)
 	}
@@ -34,41 +43,64 @@ func nonzero(fp fingerprint) fingerprint {
 	return fp
 }
 
-// get returns fp's id (0 without ids) and whether fp is in the table.
-func (v *visited) get(fp fingerprint) (int32, bool) {
+// nonzero64 maps the one 64-bit fingerprint that marks an empty slot to
+// another.
+func nonzero64(fp uint64) uint64 {
+	if fp == 0 {
+		return 1
+	}
+	return fp
+}
+
+// slot returns the slot that holds fp, or the empty slot where it would
+// go, and whether fp is there.
+func (v *visited) slot(fp fingerprint) (uint64, bool) {
+	if v.keys64 != nil {
+		k := nonzero64(fp[0])
+		for i := k & v.mask; ; i = (i + 1) & v.mask {
+			switch v.keys64[i] {
+			case k:
+				return i, true
+			case 0:
+				return i, false
+			}
+		}
+	}
 	fp = nonzero(fp)
 	for i := fp[0] & v.mask; ; i = (i + 1) & v.mask {
 		switch v.keys[i] {
 		case fp:
-			if v.ids != nil {
-				return v.ids[i], true
-			}
-			return 0, true
+			return i, true
 		case fingerprint{}:
-			return 0, false
+			return i, false
 		}
 	}
+}
+
+// get returns fp's id (0 without ids) and whether fp is in the table.
+func (v *visited) get(fp fingerprint) (int32, bool) {
+	i, ok := v.slot(fp)
+	if !ok || v.ids == nil {
+		return 0, ok
+	}
+	return v.ids[i], true
 }
 
 // add puts fp, with id, into the table unless it is there already, and
 // returns the id it has and whether it was there.
 func (v *visited) add(fp fingerprint, id int32) (int32, bool) {
-	fp = nonzero(fp)
-	i := fp[0] & v.mask
-	for ; ; i = (i + 1) & v.mask {
-		switch v.keys[i] {
-		case fp:
-			if v.ids != nil {
-				return v.ids[i], true
-			}
-			return 0, true
-		case fingerprint{}:
-		default:
-			continue
+	i, ok := v.slot(fp)
+	if ok {
+		if v.ids != nil {
+			return v.ids[i], true
 		}
-		break
+		return 0, true
 	}
-	v.keys[i] = fp
+	if v.keys64 != nil {
+		v.keys64[i] = nonzero64(fp[0])
+	} else {
+		v.keys[i] = nonzero(fp)
+	}
 	if v.ids != nil {
 		v.ids[i] = id
 	}
@@ -82,26 +114,64 @@ func (v *visited) add(fp fingerprint, id int32) (int32, bool) {
 // len returns the number of fingerprints in the table.
 func (v *visited) len() int { return v.n }
 
+// bytes returns the memory the table holds.
+func (v *visited) bytes() int64 {
+	return int64(len(v.keys))*16 + int64(len(v.keys64))*8 + int64(len(v.ids))*4
+}
+
 // grow doubles the table.
 func (v *visited) grow() {
-	old, oldIDs := v.keys, v.ids
-	size := 2 * len(old)
-	v.keys = make([]fingerprint, size)
-	v.mask = uint64(size - 1)
+	old, old64, oldIDs := v.keys, v.keys64, v.ids
+	size := 2 * (v.mask + 1)
+	v.mask = size - 1
+	if old64 != nil {
+		v.keys64 = make([]uint64, size)
+	} else {
+		v.keys = make([]fingerprint, size)
+	}
 	if oldIDs != nil {
 		v.ids = make([]int32, size)
 	}
-	for k, fp := range old {
-		if fp == (fingerprint{}) {
-			continue
+	for k := range v.mask/2 + 1 {
+		var i uint64
+		if old64 != nil {
+			fp := old64[k]
+			if fp == 0 {
+				continue
+			}
+			for i = fp & v.mask; v.keys64[i] != 0; i = (i + 1) & v.mask {
+			}
+			v.keys64[i] = fp
+		} else {
+			fp := old[k]
+			if fp == (fingerprint{}) {
+				continue
+			}
+			for i = fp[0] & v.mask; v.keys[i] != (fingerprint{}); i = (i + 1) & v.mask {
+			}
+			v.keys[i] = fp
 		}
-		i := fp[0] & v.mask
-		for v.keys[i] != (fingerprint{}) {
-			i = (i + 1) & v.mask
-		}
-		v.keys[i] = fp
 		if oldIDs != nil {
 			v.ids[i] = oldIDs[k]
 		}
 	}
+}
+
+// collisionChance bounds the chance that two of s states got one
+// fingerprint of the given bits, were fingerprints independent and
+// uniform (maphash under a seed drawn for each Check): each of the s(s-1)/2
+// pairs collides with chance 2^-bits, so by the union bound the chance is
+// at most s(s-1)/2^(bits+1) (TLC's s²/2^(bits+1), less the pairs of a
+// state with itself), capped at 1. It is also the chance worth knowing:
+// a collision hides a state only when a new state is looked up and
+// matches one of the states stored before it, and the i-th new state
+// meets i-1 of them, which sums to the same bound. While it is small the
+// bound is close to exact: the chance itself is at least 1-e^-x for the
+// bound x, which differs from x by less than x²/2.
+func collisionChance(s, bits int) float64 {
+	if s < 2 {
+		return 0
+	}
+	x := float64(s) * float64(s-1) / math.Pow(2, float64(bits+1))
+	return min(x, 1)
 }

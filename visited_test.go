@@ -10,10 +10,15 @@ import (
 
 // TestVisited: the table finds what it holds, keeps each fingerprint's
 // first id through its growth, and holds the zero fingerprint, which
-// marks an empty slot, apart from the others.
+// marks an empty slot, apart from the others; with 128-bit fingerprints
+// and with 64-bit ones, which tell apart only their first word.
 func TestVisited(t *testing.T) {
-	for _, withIDs := range []bool{true, false} {
-		v := newVisited(withIDs)
+	for _, tt := range []struct {
+		withIDs bool
+		bits    int
+	}{{true, 128}, {false, 128}, {true, 64}, {false, 64}} {
+		withIDs := tt.withIDs
+		v := newVisited(withIDs, tt.bits)
 		const n = 200_000 // several doublings
 		fp := func(i int) fingerprint { return fingerprint{uint64(i+1) * 0x9e3779b97f4a7c15, uint64(i + 1)} }
 		for i := range n {
@@ -41,6 +46,9 @@ func TestVisited(t *testing.T) {
 		_, ok = v.get(fingerprint{})
 		assert.True(t, ok, "the zero fingerprint is held too")
 		assert.Equal(t, n+1, v.len())
+		_, ok = v.get(fingerprint{fp(5)[0], 12345})
+		assert.Equal(t, tt.bits == 64, ok, "%d bits: a fingerprint that differs only in its second word", tt.bits)
+		assert.Equal(t, int64(v.mask+1)*int64(tt.bits/8+map[bool]int{true: 4}[withIDs]), v.bytes())
 	}
 }
 
@@ -110,4 +118,56 @@ func TestSafetyOnlyCounterexamples(t *testing.T) {
 			requireReplays(t, res.Violation)
 		})
 	}
+}
+
+// TestCollisionChance: the bound on the chance that two of s states share
+// a fingerprint, s(s-1)/2^(b+1), against values worked out by hand: none
+// for one state, one pair at 2^-b for two, a half less a little for 2^32
+// states of 64 bits, and never past 1.
+func TestCollisionChance(t *testing.T) {
+	tests := []struct {
+		s, bits int
+		want    float64
+	}{
+		{0, 64, 0},
+		{1, 128, 0},
+		{2, 64, 0x1p-64},
+		{2, 128, 0x1p-128},
+		{3, 64, 3 * 0x1p-64},
+		{1 << 32, 64, 0.5 - 0x1p-33},
+		{1 << 33, 64, 1},
+		{1 << 40, 128, 0x1p-49 - 0x1p-89},
+	}
+	for _, tt := range tests {
+		assert.InEpsilon(t, tt.want+1e-300, collisionChance(tt.s, tt.bits)+1e-300, 1e-12, "%d states, %d bits", tt.s, tt.bits)
+	}
+}
+
+// TestFingerprintBits: with 64-bit fingerprints the search finds the
+// states, transitions and verdicts of 128-bit ones, with the graph and
+// without, and says which it kept and the chance of a collision; other
+// sizes are refused.
+func TestFingerprintBits(t *testing.T) {
+	for _, cfg := range []CheckConfig{
+		{Algorithm: RicartAgrawala},
+		{Algorithm: SuzukiKasami, Requests: 2, SafetyOnly: true},
+		{Algorithm: TokenRing, N: 4, Faults: CheckFaults{Crash: true, CrashPeer: AnyPeer}},
+		{Variant: "maekawa-no-inquire"},
+	} {
+		wide := mustCheck(t, cfg)
+		cfg.Fingerprint = 64
+		narrow := mustCheck(t, cfg)
+		assert.Equal(t, 128, wide.FingerprintBits)
+		assert.Equal(t, 64, narrow.FingerprintBits)
+		assert.Equal(t, collisionChance(narrow.States, 64), narrow.CollisionChance)
+		assert.Equal(t, collisionChance(wide.States, 128), wide.CollisionChance)
+		wide.Seconds, narrow.Seconds = 0, 0
+		wide.FingerprintBits, wide.CollisionChance = 64, narrow.CollisionChance
+		assert.Equal(t, wide.Violation == nil, narrow.Violation == nil)
+		wide.Violation, narrow.Violation = nil, nil
+		assert.Equal(t, wide, narrow, "%+v", cfg)
+	}
+	_, err := Check(context.Background(), CheckConfig{Algorithm: Lamport, Fingerprint: 32})
+	require.ErrorIs(t, err, ErrInvalidConfig)
+	assert.ErrorContains(t, err, "32-bit fingerprints")
 }

@@ -140,6 +140,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	safetyOnly := fs.Bool("safety-only", false, "check safety and deadlock only, depth first, without the graph liveness needs (for the biggest spaces)")
 	por := fs.Bool("por", false, "partial-order reduction: explore one set of peers' steps where the others cannot interfere (implies -safety-only; FIFO, no faults)")
 	stampGaps := fs.Bool("stamp-gaps", false, "merge Lamport states that differ only in gaps between stamps wider than the rest of the run can bridge")
+	fpBits := fs.Int("fingerprint", 128, "bits of the hash kept for each state: 128, or 64 for half the memory at a higher chance of a collision (printed)")
 	mermaid := fs.Bool("mermaid", false, "also print the counterexample as a Mermaid diagram")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -163,7 +164,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		return 0
 	}
-	cfg := dmutex.CheckConfig{Variant: *variant, N: *n, MaxStates: *maxStates, SafetyOnly: *safetyOnly || *por, PartialOrder: *por, StampGaps: *stampGaps, Fenced: *fenced}
+	cfg := dmutex.CheckConfig{Variant: *variant, N: *n, MaxStates: *maxStates, SafetyOnly: *safetyOnly || *por, PartialOrder: *por, StampGaps: *stampGaps, Fenced: *fenced, Fingerprint: *fpBits}
 	if *maxStates == 0 {
 		return bad("-max-states: 0 is not a limit (use -1 for none)")
 	}
@@ -429,6 +430,7 @@ func writeText(w io.Writer, r dmutex.CheckResult, mermaid bool) {
 	}
 	fmt.Fprintf(w, "%d states, %d transitions, %s, %s (%.0f states/s)\n", r.States, r.Transitions, extent(r),
 		(time.Duration(r.Seconds * float64(time.Second))).Round(time.Millisecond), rate)
+	fmt.Fprintf(w, "%d-bit fingerprints: chance of a collision below %.1e\n", r.FingerprintBits, r.CollisionChance)
 	fmt.Fprintf(w, "safe: %v\ndeadlock free: %v\n", r.Safe, r.DeadlockFree)
 	if r.Fenced {
 		fmt.Fprintf(w, "fenced safe: %v\n", r.FencedSafe)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -136,6 +137,7 @@ func TestBadUsage(t *testing.T) {
 		{[]string{"-alg", "maekawa", "-sets", "0,x"}, `-sets: "0,x" is not a list of numbers`},
 		{[]string{"-alg", "lamport", "-max-states", "0"}, "-max-states: 0 is not a limit"},
 		{[]string{"-alg", "lamport", "-max-memory", "0"}, "-max-memory: 0 is not a limit in MiB"},
+		{[]string{"-alg", "lamport", "-fingerprint", "32"}, "32-bit fingerprints, want 64 or 128"},
 		// Issue 23 item 9: -false means nothing without an imperfect
 		// detector, so it is refused rather than ignored.
 		{[]string{"-alg", "lamport", "-false", "3"}, "-false 3 needs -detector imperfect"},
@@ -152,6 +154,28 @@ func TestBadUsage(t *testing.T) {
 			assert.Contains(t, stderr, "Usage: dmutexcheck [flags]")
 		})
 	}
+}
+
+// TestFingerprintFlag: -fingerprint 64 finds the states 128-bit hashes
+// find, and the text and the JSON give the bits and the chance that two
+// states shared a hash, which is higher with 64 bits.
+func TestFingerprintFlag(t *testing.T) {
+	chance := map[string]float64{}
+	for _, bits := range []string{"64", "128"} {
+		code, stdout, stderr := runCmd(t, "-alg", "ricart-agrawala", "-fingerprint", bits, "-json")
+		require.Equal(t, 0, code, stderr)
+		var m map[string]any
+		require.NoError(t, json.Unmarshal([]byte(stdout), &m))
+		assert.Equal(t, bits, strconv.Itoa(int(m["fingerprintBits"].(float64))))
+		assert.Equal(t, float64(2347), m["states"], "the state table's count for n = 3, r = 1")
+		chance[bits] = m["collisionChance"].(float64)
+		assert.Greater(t, chance[bits], 0.0)
+
+		code, stdout, stderr = runCmd(t, "-alg", "ricart-agrawala", "-fingerprint", bits)
+		require.Equal(t, 0, code, stderr)
+		assert.Contains(t, stdout, bits+"-bit fingerprints: chance of a collision below ")
+	}
+	assert.Greater(t, chance["64"], chance["128"]*1e18)
 }
 
 // TestDetectorFlags: -detector and -recovery reach Check: crash exclusion
