@@ -612,18 +612,6 @@ func TestStarvationLoopIsFair(t *testing.T) {
 // and each test failed when the checker was broken in the way its
 // comment names.
 
-// starvation reads res.StarvationFree as "holds", "refuted" or
-// "undecided" (the search did not decide it; a deadlock refutes it).
-func starvation(res CheckResult) string {
-	switch res.StarvationFree {
-	case Holds:
-		return "holds"
-	case Refuted:
-		return "refuted"
-	}
-	return "undecided"
-}
-
 // ignorer never serves P2: P0 drops its request. P1, with tries, is
 // refused at once, which leaves every state as it was.
 type ignorer struct{ id int }
@@ -652,7 +640,7 @@ func TestLivenessStutteringIsNoProgress(t *testing.T) {
 	res := mustCheck(t, cfg)
 	require.True(t, res.Complete)
 	assert.Equal(t, Refuted, res.DeadlockFree)
-	assert.Equal(t, "refuted", starvation(res), "a run that stops with P2 waiting starves it")
+	assert.Equal(t, Refuted, res.StarvationFree, "a run that stops with P2 waiting starves it")
 
 	// With P1's tries, the state where P2 waits for ever has a step: P1
 	// tries and is refused, back where it was. The fair-cycle search
@@ -735,7 +723,7 @@ func TestLivenessCycleInItsComponent(t *testing.T) {
 			res := mustCheck(t, cfg)
 			require.True(t, res.Complete)
 			assert.Equal(t, Holds, res.DeadlockFree)
-			assert.Equal(t, "refuted", starvation(res))
+			assert.Equal(t, Refuted, res.StarvationFree)
 			requireFairLasso(t, cfg, res.Violation, 2)
 		})
 	}
@@ -812,7 +800,7 @@ func TestLivenessCycleIsOne(t *testing.T) {
 				build: func(id, _ int) machine { return &afterYou{id: id} }})
 			require.True(t, res.Complete)
 			assert.Equal(t, Holds, res.DeadlockFree)
-			assert.Equal(t, "holds", starvation(res), "no state where P2 waits is on a cycle")
+			assert.Equal(t, Holds, res.StarvationFree, "no state where P2 waits is on a cycle")
 			assert.Nil(t, res.Violation)
 
 			cfg := CheckConfig{Algorithm: Centralized, N: 3, RequestsPerPeer: []int{0, 0, 1}, Network: net,
@@ -873,14 +861,14 @@ func TestLivenessNotDecidedByABound(t *testing.T) {
 		build: func(id, _ int) machine { return &slowStarver{id: id} }}
 	res := mustCheck(t, cfg)
 	require.True(t, res.Complete)
-	require.Equal(t, "refuted", starvation(res), "the full search finds the loop")
+	require.Equal(t, Refuted, res.StarvationFree, "the full search finds the loop")
 	full := res.States
 
 	cfg.MaxStates = full / 2
 	res = mustCheck(t, cfg)
 	require.False(t, res.Complete)
 	assert.False(t, res.Liveness)
-	assert.Equal(t, "undecided", starvation(res), "stopped at %d of %d states", res.States, full)
+	assert.Equal(t, Undecided, res.StarvationFree, "stopped at %d of %d states", res.States, full)
 	assert.Equal(t, -1, res.MaxOvertakes, "no bound on overtaking either")
 }
 
@@ -897,14 +885,14 @@ func TestLivenessNotDecidedByABound(t *testing.T) {
 func TestLivenessNotHiddenByPartialOrder(t *testing.T) {
 	cfg := CheckConfig{Algorithm: Centralized, N: 3, RequestsPerPeer: []int{0, 0, 1},
 		build: func(id, _ int) machine { return &sideNote{id: id} }}
-	require.Equal(t, "refuted", starvation(mustCheck(t, cfg)))
+	require.Equal(t, Refuted, mustCheck(t, cfg).StarvationFree)
 
 	cfg.PartialOrder = true
 	res, err := Check(context.Background(), cfg)
 	if err == nil {
 		// Should PartialOrder ever run with the graph, it must still
 		// find the starvation.
-		assert.Equal(t, "refuted", starvation(res))
+		assert.Equal(t, Refuted, res.StarvationFree)
 	} else {
 		require.ErrorIs(t, err, ErrInvalidConfig)
 	}
@@ -913,7 +901,7 @@ func TestLivenessNotHiddenByPartialOrder(t *testing.T) {
 	res = mustCheck(t, cfg)
 	require.True(t, res.Complete && res.PartialOrder)
 	assert.False(t, res.Liveness)
-	assert.Equal(t, "undecided", starvation(res), "a reduced search does not decide liveness")
+	assert.Equal(t, Undecided, res.StarvationFree, "a reduced search does not decide liveness")
 }
 
 // Class: parallel search missing a violation. Check's search runs in one
@@ -983,7 +971,7 @@ func TestLivenessClockShiftKeepsStarvation(t *testing.T) {
 				MaxStates: 10_000, build: build}
 			res := mustCheck(t, cfg)
 			require.True(t, res.Complete, "the shift makes the ping a cycle")
-			assert.Equal(t, "refuted", starvation(res))
+			assert.Equal(t, Refuted, res.StarvationFree)
 			requireFairLasso(t, cfg, res.Violation, 2)
 		})
 	}
@@ -991,6 +979,6 @@ func TestLivenessClockShiftKeepsStarvation(t *testing.T) {
 		res := mustCheck(t, CheckConfig{Algorithm: Lamport, N: 3, RequestsPerPeer: []int{0, 0, 1}, Network: NetworkUnordered,
 			MaxStates: 2_000, build: build})
 		assert.False(t, res.Complete)
-		assert.NotEqual(t, "holds", starvation(res))
+		assert.NotEqual(t, Holds, res.StarvationFree)
 	})
 }
