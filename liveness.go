@@ -48,8 +48,9 @@ import "slices"
 // and a class names the same obligation in every state; this is why a
 // bag's classes are message encodings, which the state encoding keeps as
 // they are (World.classify renames stamps only over FIFO queues). The
-// graph is that of the states as their 128-bit fingerprints tell them
-// apart; see Check for what a collision could hide.
+// graph is that of the states as their fingerprints tell them apart (128
+// bits unless CheckConfig.Fingerprint says 64); see Check for what a
+// collision could hide.
 
 // liveness computes StarvationFree and MaxOvertakes from the explored
 // graph, when the search completed without a safety violation; otherwise
