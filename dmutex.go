@@ -72,13 +72,59 @@ type Locker interface {
 	// strictly increases, across the whole cluster, in the order in which
 	// peers enter the critical section. Pass it to a store that rejects
 	// writes carrying a smaller number than it has seen, and a holder that
-	// stalled past its turn cannot clobber its successor. Only holds that
-	// a caller gets take one: the entry a peer makes for a LockContext or
-	// TryLockContext that gave up after its request went out (and leaves
-	// at once) takes none, so calls that give up do not spend fences. Fence returns 0
+	// stalled past its turn cannot clobber its successor. Fence returns 0
 	// when the peer is not in the critical section, and once the peer's
 	// fences are used up (see MaxFence), never a number that wrapped.
+	// Only holds that a caller gets take one: the entry a peer makes for
+	// a LockContext or TryLockContext that gave up after its request went
+	// out (and leaves at once) takes none, so calls that give up do not
+	// spend fences.
 	Fence() uint64
+
+	// HoldLost returns a channel that is closed once the current hold may
+	// no longer be exclusive, as a context's Done channel is closed when
+	// its work should stop; HoldErr then says why. Each hold has its own
+	// channel, made when first asked for, so holds nobody asks about cost
+	// nothing; it is not closed by Unlock. With no hold (before Lock,
+	// after Unlock), HoldLost returns a closed channel.
+	//
+	// It closes when the peer is closed while holding, and, with
+	// WithUnreachableAfter, when a peer the hold depends on becomes
+	// suspected during the hold: unreachable for longer than that bound.
+	// With WithRecovery the hold depends on every other peer, since any
+	// of them that suspects the holder (or its coordinator or token
+	// holder) may go on without it and let another peer in beside it;
+	// without it, on the peers its requests need (see
+	// WithUnreachableAfter), who cannot let anyone in but will not hear
+	// of the release until they are reached again. A peer already
+	// suspected when the hold began does not count: the hold was granted
+	// without it. Suspicions that end do not reopen it.
+	//
+	// What it promises: it closes no earlier than WithUnreachableAfter
+	// after the transport reports such a peer unreachable, and within
+	// that plus the scheduling delay of the peer's watcher (milliseconds);
+	// so within WithUnreachableAfter plus the transport's detection delay
+	// of the cut itself. The in-memory network reports a Partition or
+	// Crash at once; grpctransport reports a closed or refused connection
+	// at once and a silent one after its keepalive interval and timeout
+	// (grpctransport.WithKeepalive). It never closes while the peer is
+	// open and every peer stays reachable. What it cannot promise: on an asynchronous network
+	// nobody can tell a slow peer from a cut-off one, so it may close
+	// when nobody else entered (the cut was short, or one-sided), and
+	// another peer may enter before it closes, since the others suspect
+	// the holder after the same bound, measured by their own transports.
+	// Stop writing when it closes, to waste less; rely on fences (Fence)
+	// to keep a store safe.
+	HoldLost() <-chan struct{}
+
+	// HoldErr returns nil while the current hold is not in doubt, and,
+	// once HoldLost's channel is closed (whether or not it was asked
+	// for), an error matching ErrHoldLost and its reason: an
+	// *UnreachableError (ErrPeerUnreachable) naming the peers the hold
+	// depends on that became suspected, or ErrClosed. With no hold it
+	// returns an error matching ErrHoldLost alone. It is cheap enough to
+	// call before every write.
+	HoldErr() error
 }
 
 // Stats counts what a peer or a cluster did.

@@ -38,6 +38,7 @@ type Peer struct {
 	refused   uint64   // messages dropped unstepped: malformed, or a fence beyond the bound
 	fast      fastPath // re-entry without the mutex or the machine; see fastpath.go
 	reach     reach    // WithUnreachableAfter; see reach.go
+	held      holdLost // whether the current hold may be lost; see holdlost.go
 	recovery  bool     // WithRecovery: suspicions step the machine; set once
 
 	obs       Observer  // WithObserver; nil means none, and no clock is read
@@ -464,6 +465,7 @@ func (p *Peer) shutdownLocked() {
 	defer p.mu.Unlock()
 	p.closed = true
 	p.disarmLocked()
+	p.holdLocked() // a hold in progress may be lost now (HoldLost)
 	for _, w := range p.waiters {
 		w.err = ErrClosed
 		w.ch <- struct{}{} // buffered; never blocks

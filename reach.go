@@ -138,6 +138,7 @@ func (p *Peer) reassess() time.Duration {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.holdSuspectsLocked(sus)
 	for j, s := range sus {
 		if s != rc.suspected[j] {
 			p.suspectLocked(j, s)
