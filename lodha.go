@@ -92,7 +92,7 @@ type lodha struct {
 
 	highest uint64 // highest request or try number seen
 	state   raState
-	trying  bool   // the outstanding request (raWanted) is a try
+	trying  bool   // the outstanding request is a try, not entered yet (raWanted)
 	ts      uint64 // number of the outstanding request or try
 	seq     uint64 // number of the latest request (not try): what replies and releases carry
 	heard   []bool // heard[j]: a request, reply or release of j's came since our request; for a try, j's reply
@@ -140,14 +140,13 @@ func (l *lodha) step(ev event, out *output) {
 		out.broadcast(l.id, l.n, m)
 		l.check(out)
 	case evRelease:
-		if !l.trying && len(l.queue) > 1 {
-			// Our request heads the queue; the next one is told.
+		if len(l.queue) > 1 {
+			// Our request heads the queue (a try's is empty); the next
+			// one is told.
 			next := l.queue[1]
 			out.send(Message{Kind: KindRelease, From: l.id, To: next.id, TS: l.seq, Ref: next.ts})
 		}
-		if !l.trying {
-			l.serve(lkEntry{l.seq, l.id})
-		}
+		l.serve(lkEntry{l.seq, l.id}) // after a try, served already
 		l.leave(out)
 	case evMessage:
 		m := ev.msg
@@ -165,12 +164,10 @@ func (l *lodha) step(ev event, out *output) {
 			if !l.heard[m.From] {
 				l.hear(m.From)
 			}
-			if !l.trying {
-				l.serve(lkEntry{m.TS, m.From})
-			}
+			l.serve(lkEntry{m.TS, m.From}) // a try has no queue, but learns
 			l.check(out)
 		case KindBusy:
-			if l.state == raWanted && l.trying && m.Ref == l.ts {
+			if l.trying && m.Ref == l.ts {
 				l.leave(out)
 				out.refuse()
 			}
@@ -187,8 +184,7 @@ func (l *lodha) hear(j int) {
 func (l *lodha) onRequest(m Message, out *output) {
 	j, t := m.From, m.TS
 	switch {
-	case l.state == raReleased,
-		l.trying && l.state == raWanted && before(t, j, l.ts, l.id):
+	case l.state == raReleased, l.trying && before(t, j, l.ts, l.id):
 		// Idle, or trying with a younger try, which will hear busy.
 		out.send(Message{Kind: KindReply, From: l.id, To: j, TS: l.seq, Ref: t})
 	case l.trying || l.heard[j]:
@@ -257,6 +253,7 @@ func (l *lodha) check(out *output) {
 		return
 	}
 	l.state = raHeld
+	l.trying = false
 	out.enter()
 }
 

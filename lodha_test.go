@@ -156,6 +156,17 @@ func TestLodhaTryStep(t *testing.T) {
 		assert.Equal(t, []Message{{Kind: KindReply, From: 1, To: 2, TS: 0, Ref: 1}}, msgs)
 		assert.Empty(t, l.idleViolation())
 	})
+	t.Run("a late reply to a refused try changes nothing", func(t *testing.T) {
+		l := newLodhaMachine(t, 0, 3)
+		lkStep(l, event{kind: evTry}) // ts 1
+		_, _, refused := lkStep(l, lkMsg(KindBusy, 1, 0, 1, 1))
+		require.True(t, refused)
+		before := l.appendState(nil)
+		msgs, entered, _ := lkStep(l, lkMsg(KindReply, 2, 0, 3, 1))
+		assert.Empty(t, msgs)
+		assert.False(t, entered)
+		assert.Equal(t, before, l.appendState(nil))
+	})
 	t.Run("a try enters on every reply, and its release sends no release", func(t *testing.T) {
 		l := newLodhaMachine(t, 0, 2)
 		lkStep(l, event{kind: evTry})
