@@ -172,6 +172,7 @@ func TestLodhaTryStep(t *testing.T) {
 		lkStep(l, event{kind: evTry})
 		_, entered, _ := lkStep(l, lkMsg(KindReply, 1, 0, 0, 1))
 		require.True(t, entered)
+		assert.NotContains(t, l.describe(), Field{"trying", "true"}, "inside, no longer trying")
 		lkStep(l, lkMsg(KindRequest, 1, 0, 2, 0))
 		msgs, _, _ := lkStep(l, event{kind: evRelease})
 		assert.Equal(t, []Message{{Kind: KindReply, From: 0, To: 1, TS: 0, Ref: 2}}, msgs)

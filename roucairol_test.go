@@ -42,6 +42,11 @@ func TestRoucairolStartingPermissions(t *testing.T) {
 		r := newRoucairolMachine(t, id, 4)
 		assert.Equal(t, want, r.perm, "peer %d", id)
 		assert.Equal(t, 3-id, r.nperm, "peer %d", id)
+		var lack []int
+		for j := range id {
+			lack = append(lack, j)
+		}
+		assert.Equal(t, lack, r.needs(nil), "peer %d needs those whose permission it lacks", id)
 	}
 }
 
@@ -198,6 +203,7 @@ func TestRoucairolTryStep(t *testing.T) {
 		_, _, refused := rcStep(r, rcMsg(KindBusy, 0, 2, 1, 1))
 		require.True(t, refused)
 		assert.Equal(t, []bool{false, true, false}, r.asked, "1 has not answered")
+		assert.Contains(t, r.describe(), Field{"request", "none"}, "the refused try is over")
 		msgs, _, _ = rcStep(r, event{kind: evTry}) // ts 2
 		assert.Equal(t, []Message{{Kind: KindTry, From: 2, To: 0, TS: 2}}, msgs, "1's answer to the first try will do")
 		msgs, _, refused = rcStep(r, rcMsg(KindBusy, 1, 2, 1, 1))
@@ -321,7 +327,9 @@ func TestRoucairolIdleViolation(t *testing.T) {
 	r = newRoucairolMachine(t, 1, 2)
 	rcStep(r, event{kind: evTry})
 	assert.Equal(t, "keeps state 1 (trying true)", r.idleViolation())
-	r.state, r.trying = raReleased, false
+	r.state = raReleased
+	assert.Equal(t, "keeps state 0 (trying true)", r.idleViolation())
+	r.trying = false
 	assert.Equal(t, "still asks [true false]", r.idleViolation())
 	r.asked[0] = false
 	r.deferred[0] = 4
