@@ -121,7 +121,9 @@ type Locker interface {
 	// once HoldLost's channel is closed (whether or not it was asked
 	// for), an error matching ErrHoldLost and its reason: an
 	// *UnreachableError (ErrPeerUnreachable) naming the peers the hold
-	// depends on that became suspected, or ErrClosed. With no hold it
+	// depends on whose suspicion found it lost (those the watcher
+	// suspected at that moment; later ones are not added), or ErrClosed.
+	// The error stays the same until the hold ends. With no hold it
 	// returns an error matching ErrHoldLost alone. It is cheap enough to
 	// call before every write.
 	HoldErr() error

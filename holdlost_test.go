@@ -297,7 +297,7 @@ func TestHoldLostFastPath(t *testing.T) {
 
 // TestHoldLostSoak runs entries with no fault, and every hold asks
 // HoldLost: it never closes. Every algorithm, with WithRecovery where it
-// applies, at n = 3 and n = 5, soakEntries entries each (10,000; 1,000
+// applies, at n = 3 and n = 5, 10,000 entries each (1,000
 // under -race or -short), from one goroutine per peer.
 func TestHoldLostSoak(t *testing.T) {
 	entries := 10000
