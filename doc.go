@@ -134,6 +134,14 @@
 // falsely suspected peer may be inside while another enters; fences
 // ([Peer.Fence]) are what keeps a store safe then.
 //
+// A holder learns that its hold may no longer be exclusive from
+// [Locker.HoldLost], a channel closed when a peer its hold depends on
+// becomes suspected during the hold, or the peer is closed, and
+// [Locker.HoldErr], the reason ([ErrHoldLost]). It comes within
+// WithUnreachableAfter of the transport noticing the cut, not before
+// anyone else can enter: it tells the holder to stop writing, and the
+// fences keep the store safe.
+//
 // # Failures
 //
 // The algorithms assume reliable peers and reliable channels, as their
@@ -165,8 +173,8 @@
 // holder may have stalled past a timeout that another system enforced.
 // [Locker.Fence] returns a number that strictly increases, across the whole
 // cluster, in the order of entries (an entry made for a call that gave up
-// takes none); pass it with every write to a store
-// that rejects numbers smaller than the largest it has seen. A peer learns
+// takes none); pass it with every write to a store that rejects numbers
+// smaller than the largest it has seen. A peer learns
 // the others' fences from the messages it receives; one message may raise
 // its fence by at most [FenceWindow], and never past [MaxFence], so that a
 // forged message cannot use the fences up. Messages beyond that are
