@@ -52,8 +52,12 @@ import (
 // rebuilds the holder and the queue, the waiting requests in (request
 // number, id) order, and then grants as before. Extra messages: n-1
 // COORDINATOR and n-2 reports when the coordinator crashed, 2n-3 in all,
-// and as many when the holder did (2(n-1) after a false suspicion); none
-// while nobody is suspected.
+// and as many when the holder did (2(n-1) after a false suspicion, and
+// one COORDINATOR more when the suspected peer is back: the coordinator
+// names its term again to a peer it could not reach, which may have
+// missed it); none while nobody is suspected. A peer that suspects more
+// than (n-1)/2 others takes nothing over (see [WithRecovery]): at n = 2
+// a survivor waits.
 //
 // What happens to what was in flight. A grant, busy or release of an
 // older term is ignored wherever it arrives: a client takes only its own
@@ -85,7 +89,7 @@ import (
 // when peer 1 suspects it, and peer 1 grants itself on peer 2's report.
 // The survivors still go on entering, and a store that checks fences
 // stays safe: the older term's holder writes with a smaller fence (Check
-// with CheckConfig.Fenced at n = 2 and 3). FIFO order of service holds
+// with CheckConfig.Fenced at n = 3). FIFO order of service holds
 // within a term only; the World checks no order with recovery on. The
 // public variant centralized-naive-failover grants before the reports are
 // in, and Check finds two holders with a perfect detector.
@@ -362,6 +366,14 @@ func (c *centralized) stepRecovery(ev event, out *output) {
 		} else if c.holder == c.id {
 			c.holder, c.held = -1, 0
 			c.grantNext(out)
+		}
+	case evReached:
+		if j := ev.msg.From; j >= 0 && j < c.n && j != c.id && c.id == c.coord() {
+			// j is back from where we could not reach it, and what we
+			// told it may be lost: name our term again. A peer that
+			// missed it takes it and reports to us; one that knows a
+			// higher term names it, and we take that one.
+			out.send(Message{Kind: KindCoordinator, From: c.id, To: j, TS: c.term})
 		}
 	case evSuspect, evTrust:
 		j := ev.msg.From

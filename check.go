@@ -1077,7 +1077,7 @@ func (c *checker) examine(cur *World, trs []Transition) ([]Transition, verdict, 
 			if crashed {
 				info.crashed |= 1 << uint(p%64)
 			}
-			if s.d.requested && !crashed {
+			if s.d.wanting() && !crashed {
 				info.waitAny |= 1 << uint(p%64)
 			}
 		}
@@ -1089,7 +1089,7 @@ func (c *checker) examine(cur *World, trs []Transition) ([]Transition, verdict, 
 		}
 		if !cur.faulted() || c.cc.Detector.Kind != DetectorNone {
 			for p, s := range cur.peers {
-				if s.d.requested && !cur.isCrashed(p) {
+				if s.d.wanting() && !cur.isCrashed(p) && !cur.cutOff(p) {
 					info.wait |= 1 << uint(p%64)
 				}
 			}

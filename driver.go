@@ -38,10 +38,10 @@ type driver struct {
 	// store (CheckConfig.Fenced): without one, a World leaves them out,
 	// since they would tell apart states that behave the same.
 	fenced    bool
-	recovery  bool   // WithRecovery: suspicions step the machine and start fence epochs
+	recovery  bool   // WithRecovery: a machine may enter without a suspected peer; see suspect
 	fence     uint64 // highest fencing token seen or taken
 	holdFence uint64 // the fencing token of the current hold, or 0
-	epochDue  bool   // WithRecovery: a peer became suspected since the last entry
+	epochDue  bool   // WithRecovery: the machine was told of a suspicion since the last entry
 	suspects  int    // peers suspected now
 
 	entries uint64 // entries given to a local caller
@@ -63,6 +63,9 @@ type driverHost interface {
 	entered(forCaller bool)
 	// left says that the machine is about to be told the peer left.
 	left()
+	// suspected reports whether the peer's failure detector suspects
+	// peer j now; the host records a change before it tells the driver.
+	suspected(j int) bool
 	// tryRefused says that the outstanding try was refused; callerWaits
 	// says its caller was still waiting, and is no longer.
 	tryRefused(callerWaits bool)
@@ -94,22 +97,21 @@ func (d *driver) pending() int {
 	return d.waiting
 }
 
-// request queues a local caller of Lock. If nothing is outstanding and
-// nobody is inside, the machine is asked at once, and the caller may be
-// let in within this call (entered, with forCaller).
+// request queues a local caller of Lock. If nothing is outstanding,
+// nobody is inside and the peer is not in a minority, the machine is
+// asked at once, and the caller may be let in within this call (entered,
+// with forCaller).
 func (d *driver) request(h driverHost, out *output) {
 	d.waiting++
-	if d.requested || d.inside {
-		return
-	}
-	d.ask(h, out, false)
+	d.next(h, out)
 }
 
-// try makes a local caller's try, if the peer is idle, and reports
-// whether it did; a try is never queued. The machine either lets the
-// caller in or refuses it, in this call or in a later one.
+// try makes a local caller's try, if the peer is idle and not in a
+// minority, and reports whether it did; a try is never queued. The
+// machine either lets the caller in or refuses it, in this call or in a
+// later one.
 func (d *driver) try(h driverHost, out *output) bool {
-	if !d.idle() {
+	if !d.idle() || d.minority() {
 		return false
 	}
 	d.waiting++
@@ -145,21 +147,89 @@ func (d *driver) deliver(h driverHost, out *output, m Message) {
 }
 
 // suspect records that the peer's failure detector suspects peer j, or
-// trusts it again; the caller reports only changes. The machine is told:
-// machines built with WithRecovery act on it, the others ignore it (the
-// runtime then only ends the waits that need j). With WithRecovery, the
-// next entry while a peer is suspected takes a fence of a new epoch (see
-// entryFence).
+// trusts it again (the host reports only changes, after recording them),
+// and tells the machine what it may act on.
+//
+// Without WithRecovery the machine is told of every change; the
+// algorithms ignore it (the runtime only ends the waits that need j), and
+// the textbook's naive recoveries, World-only variants, act on it.
+//
+// With WithRecovery a machine lets its peer in without the peers it
+// suspects, so a suspicion is a vote that they are gone, and only a peer
+// that trusts a majority of the cluster, itself included, may cast it:
+// while the peer suspects more than (n-1)/2 others it is in a minority,
+// perhaps cut off alone, and the machine is told of no suspicion at all
+// (the ones it was told of are taken back as trusts), so that it enters
+// only with the real permission, token or grant of the others, and no
+// new request is given to it (callers wait; see minority). A minority
+// therefore never enters on its own, and the fences a majority takes
+// rank above any it could take. When the peer is back in a majority, the
+// machine is told of every suspicion again, and a waiting caller's
+// request goes out. The first entry after the machine is told of a
+// suspicion takes a fence of a new epoch (see entryFence).
 func (d *driver) suspect(h driverHost, out *output, j int, suspected bool) {
-	kind := evTrust
+	wasMajority := d.majority()
 	if suspected {
-		kind = evSuspect
 		d.suspects++
-		d.epochDue = d.epochDue || d.recovery
 	} else {
 		d.suspects--
 	}
-	d.step(h, out, event{kind: kind, msg: Message{From: j, To: d.id}})
+	if !d.recovery {
+		d.tell(h, out, j, suspected)
+		return // the machine goes on only with the peers' own answers
+	}
+	switch nowMajority := d.majority(); {
+	case wasMajority && nowMajority:
+		d.tell(h, out, j, suspected)
+	case wasMajority: // into a minority: take back what the machine was told
+		for k := range d.n {
+			if k != j && h.suspected(k) {
+				d.tell(h, out, k, false)
+			}
+		}
+	case nowMajority: // back in a majority: tell the machine every suspicion
+		for k := range d.n {
+			if h.suspected(k) {
+				d.tell(h, out, k, true)
+			}
+		}
+	}
+	if !suspected {
+		// j is back, whether or not the machine was told it had gone:
+		// what it was sent, or sent, meanwhile may be lost.
+		d.step(h, out, event{kind: evReached, msg: Message{From: j, To: d.id}})
+	}
+	d.next(h, out)
+}
+
+// tell steps the machine with a suspicion of peer j, or a trust.
+func (d *driver) tell(h driverHost, out *output, j int, suspected bool) {
+	if suspected {
+		d.epochDue = d.epochDue || d.recovery
+		d.step(h, out, event{kind: evSuspect, msg: Message{From: j, To: d.id}})
+	} else {
+		d.step(h, out, event{kind: evTrust, msg: Message{From: j, To: d.id}})
+	}
+}
+
+// majority reports whether the peer trusts a majority of the cluster,
+// itself included: it suspects at most (n-1)/2 others.
+func (d *driver) majority() bool { return d.suspects <= (d.n-1)/2 }
+
+// minority reports whether the peer, running WithRecovery, suspects so
+// many others that it must not enter on its own: see suspect.
+func (d *driver) minority() bool { return d.recovery && !d.majority() }
+
+// acting reports whether the machine acts on a suspicion now: it runs
+// WithRecovery and was told of one.
+func (d *driver) acting() bool { return d.recovery && d.suspects > 0 && d.majority() }
+
+// reached tells the machine that peer j, which was unreachable for a
+// while but never suspected, is reachable again: what was sent to or
+// from it meanwhile may be lost (see evReached).
+func (d *driver) reached(h driverHost, out *output, j int) {
+	d.step(h, out, event{kind: evReached, msg: Message{From: j, To: d.id}})
+	d.next(h, out)
 }
 
 // ask gives the machine a request, or a try, for the first waiting
@@ -182,13 +252,18 @@ func (d *driver) leave(h driverHost, out *output) {
 	d.next(h, out)
 }
 
-// next asks the machine again if a caller waits and nothing is
-// outstanding.
+// next asks the machine for the first waiting caller if nothing is
+// outstanding, nobody is inside, and the peer is not in a minority.
 func (d *driver) next(h driverHost, out *output) {
-	if d.waiting > 0 && !d.requested && !d.inside {
+	if d.waiting > 0 && !d.requested && !d.inside && !d.minority() {
 		d.ask(h, out, false)
 	}
 }
+
+// wanting reports whether a caller waits to enter: the machine has a
+// request out, or a caller's request waits for the peer to leave a
+// minority.
+func (d *driver) wanting() bool { return d.requested || (d.waiting > 0 && !d.inside) }
 
 // step applies ev to the machine, hands what it sends to the host, and
 // then puts an entry or a refusal into effect.
@@ -282,13 +357,18 @@ func (d *driver) takeFence(m machine) uint64 {
 	if !d.fenced {
 		return 0
 	}
-	due := d.epochDue && d.suspects > 0
+	due := d.epochDue && d.acting()
 	d.epochDue = false
 	if d.fence >= MaxFence {
 		return 0
 	}
-	d.fence = entryFence(m, d.fence, due, d.id, d.n)
-	return d.fence
+	f := entryFence(m, d.fence, d.recovery, due, d.id, d.n)
+	if f > MaxFence {
+		d.fence = MaxFence // fences never wrap: no later hold has one
+		return 0
+	}
+	d.fence = f
+	return f
 }
 
 // appendState appends the driver's encoding for a World's state: what

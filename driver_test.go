@@ -312,6 +312,12 @@ func (r *diffRun) call(p int, try bool) {
 		}
 	}()
 	r.settle(p)
+	if c.done && errors.Is(c.err, ErrPeerUnreachable) {
+		// A peer in a minority gives up at once (WithRecovery): the
+		// call never reached the driver.
+		require.True(r.t, r.w.peers[p].d.minority(), "P%d gave up a call outside a minority: %v", p, c.err)
+		return
+	}
 	var err error
 	if try {
 		err = r.w.Try(p)
@@ -422,8 +428,28 @@ func (r *diffRun) suspect(tr Transition) {
 		}
 		time.Sleep(10 * time.Microsecond)
 	}
+	before := r.waiting(tr.Peer)
 	r.settle(tr.Peer)
 	r.applyWorld(tr)
+	if !r.w.peers[tr.Peer].d.minority() {
+		return
+	}
+	// Fallen into a minority, the peer's waiting callers give up, and
+	// withdraw as cancelled ones do.
+	for _, c := range before {
+		if !c.done {
+			select {
+			case c.err = <-c.res:
+				c.done = true
+				c.holds = c.err == nil
+			case <-time.After(20 * time.Second):
+				r.t.Fatalf("P%d, in a minority, has a caller that does not give up", tr.Peer)
+			}
+		}
+		require.ErrorIs(r.t, c.err, ErrPeerUnreachable, "P%d's caller gave up", tr.Peer)
+		require.NoError(r.t, r.w.Cancel(tr.Peer))
+	}
+	r.settle(tr.Peer)
 }
 
 func (r *diffRun) applyWorld(tr Transition) {
@@ -538,7 +564,7 @@ func (r *diffRun) peerDriver(p int) driver {
 	d := peer.d
 	if w := peer.fast.word.Load(); w&fastArmed != 0 {
 		d.fence = w >> fastShift
-		d.entries += d.fence - peer.fast.armFence
+		d.entries += (d.fence - peer.fast.armFence) / peer.fast.stride
 		d.inside = w&fastInside != 0
 	}
 	return d

@@ -34,7 +34,9 @@ type fastPath struct {
 	word atomic.Uint64 // fastArmed | fastInside | fence<<fastShift, or 0 when not armed
 
 	// Guarded by the peer's mutex.
-	armFence  uint64 // fence when the path was armed: fast entries = fence - armFence
+	armFence  uint64 // fence when the path was armed: fast entries = (fence - armFence) / stride
+	stride    uint64 // what each fast entry adds to the fence: 1, or n with WithRecovery (see entryFence); set once
+	full      uint64 // the least word with no fence left for a fast entry; set once
 	localHold bool   // this hold was entered on the Lock goroutine, sending nothing, and no message arrived since
 	probe     bool   // the release after such a hold sent nothing, no message arrived since; state holds the state before it
 	state     []byte // appendState buffer, reused
@@ -55,15 +57,20 @@ const (
 	fastShift  = 2
 )
 
-// fastFull is the word whose fence is MaxFence: a word at or above it has
-// no fencing token left for a fast entry, which would overflow the word.
-const fastFull = MaxFence << fastShift
+// setStride sets what each fast entry adds to the fence: 1, or, with
+// WithRecovery, n, which keeps the fence in the peer's class (see
+// entryFence). A word at or above full has no fencing token left for a
+// fast entry, which would pass MaxFence (and overflow the word).
+func (f *fastPath) setStride(stride uint64) {
+	f.stride = stride
+	f.full = (MaxFence - stride + 1) << fastShift
+}
 
 // tryLock enters through the armed fast path, if it is armed and free and
 // a fencing token is left.
 func (f *fastPath) tryLock() bool {
 	w := f.word.Load()
-	return w&fastMask == fastArmed && w < fastFull && f.word.CompareAndSwap(w, w+1<<fastShift|fastInside)
+	return w&fastMask == fastArmed && w < f.full && f.word.CompareAndSwap(w, w+f.stride<<fastShift|fastInside)
 }
 
 // try decides a TryLock through the armed fast path: entered, or refused
@@ -72,7 +79,7 @@ func (f *fastPath) tryLock() bool {
 func (f *fastPath) try() (entered, decided bool) {
 	switch w := f.word.Load(); w & fastMask {
 	case fastArmed:
-		if f.word.CompareAndSwap(w, w+1<<fastShift|fastInside) {
+		if w < f.full && f.word.CompareAndSwap(w, w+f.stride<<fastShift|fastInside) {
 			return true, true
 		}
 	case fastArmed | fastInside:
@@ -100,7 +107,7 @@ func (f *fastPath) fence() uint64 {
 // it was armed and not yet counted in p.entries.
 func (p *Peer) fastEntriesLocked() uint64 {
 	if w := p.fast.word.Load(); w&fastArmed != 0 {
-		return w>>fastShift - p.fast.armFence
+		return (w>>fastShift - p.fast.armFence) / p.fast.stride
 	}
 	return 0
 }
@@ -125,7 +132,7 @@ func (p *Peer) disarmLocked() {
 	f.localHold, f.probe = false, false
 	w := f.word.Swap(0)
 	p.d.fence = w >> fastShift
-	p.d.entries += p.d.fence - f.armFence
+	p.d.entries += (p.d.fence - f.armFence) / f.stride
 	if w&fastInside != 0 {
 		p.d.inside = true // the caller inside now holds the machine's hold
 		p.d.holdFence = p.d.fence

@@ -39,3 +39,47 @@ func WithFenceFloor(floor uint64) Option {
 		},
 	}
 }
+
+// FenceEpoch is the size of a fence epoch under WithRecovery: the first
+// entry a peer makes after it starts to suspect another takes its fence
+// from a new epoch, above k*FenceEpoch for the smallest k that puts it
+// above every fence the peer has seen and belongs to the peer (k-1 = id
+// modulo n). A peer that crashed may have entered with a fence nobody
+// heard of, one above the highest its permissions carried; the epoch puts
+// the survivors' fences above it, so that a store takes their writes.
+const FenceEpoch = 1 << 32
+
+// entryFence returns the fencing token of an entry by peer id of n with
+// machine m, given fence, the highest the peer has seen (below MaxFence),
+// whether the cluster runs WithRecovery, and whether a new epoch is due
+// (the first entry since the peer began to act on a suspicion).
+//
+// Without recovery it is fence+1: only one peer is ever inside, and each
+// entry has seen the fence of the one before, so fences grow with the
+// entries. With recovery, two peers may be inside at once (a falsely
+// suspected holder and the peer that went in without it), with any number
+// of requests and suspicions, so the fence alone cannot order them:
+// every peer takes its fences from a class of its own, the numbers equal
+// to its id modulo n, the least one above what it has seen (and above the
+// new epoch, when one is due). Two peers then never share a fence,
+// whatever they have seen, and the store orders their holds. A machine
+// that orders fences itself (fencer: Suzuki-Kasami's token epochs,
+// centralized terms) gives the least fence it allows, which is then taken
+// up to the peer's class. The runtime and the World's fenced store both
+// take fences from here, through the driver.
+func entryFence(m machine, fence uint64, recovery, epochDue bool, id, n int) uint64 {
+	next := fence + 1
+	if f, ok := m.(fencer); ok {
+		next = f.nextFence(fence)
+	} else if recovery && epochDue {
+		k := fence/FenceEpoch + 1
+		k += (uint64(id+1) + uint64(n) - k%uint64(n)) % uint64(n)
+		if k < MaxFence/FenceEpoch {
+			next = k*FenceEpoch + 1
+		}
+	}
+	if recovery {
+		next += (uint64(id) + uint64(n) - next%uint64(n)) % uint64(n)
+	}
+	return next // may pass MaxFence: the caller hands out no fence then
+}

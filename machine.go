@@ -296,6 +296,15 @@ const (
 	// them; the others ignore them.
 	evSuspect
 	evTrust
+
+	// evReached says that peer msg.From, which the failure detector
+	// suspected, is reachable again: what was sent to or from it
+	// meanwhile may have been lost. The driver sends it after evTrust,
+	// for a trust that the detector itself makes (not for a suspicion
+	// taken back because the peer fell into a minority; see
+	// driver.suspect). A machine with a recovery asks again for what it
+	// still waits for from msg.From; the others ignore it.
+	evReached
 )
 
 // An event is one input to a machine.

@@ -158,22 +158,41 @@ var recoveryAlgorithms = []Algorithm{RicartAgrawala, SuzukiKasami, Centralized}
 // by hand, as World transitions).
 //
 // A real detector is imperfect: a peer that is slow, or cut off by a
-// partition, is suspected as a crashed one is. With a false suspicion
-// Ricart-Agrawala's crash exclusion may let two peers in at once (Check
-// finds the run; README, "Crash recovery, checked"), so a resource that
-// must stay consistent has to check fences (Peer.Fence, WithFenceFloor):
-// with recovery on, the first entry a peer makes after it starts to
-// suspect another takes its fencing token from a new epoch of its own
-// (k*[FenceEpoch] + 1, k the next epoch with k-1 = id modulo n), so that,
-// after one crash seen by a perfect detector, every later fence is above
-// every fence the crashed peer handed out, even those it never told
-// anyone of, and a falsely suspected holder and the peer that went in
-// without it never share a fence. Suzuki-Kasami puts its token's epoch in
-// the fence instead (see [NewSuzukiKasami]). Check with
-// CheckConfig.Fenced shows that the fenced store then never accepts
-// interleaved writes of two holders (README, "Crash recovery, checked").
-// With more suspicions than one, or false ones, fences are not promised
-// to increase.
+// partition, is suspected as a crashed one is. With a false suspicion two
+// peers may be inside at once (Check finds the runs; docs/checking.md,
+// "Crash recovery, checked"), so a resource that must stay consistent has
+// to check fences (Peer.Fence, WithFenceFloor). What is promised:
+//
+//   - A majority acts, a minority waits. A suspicion is a vote that a
+//     peer is gone, and only a peer that trusts a majority of the
+//     cluster, itself included, casts it: a peer that suspects more than
+//     (n-1)/2 others (one cut off alone, or the survivor of two) acts on
+//     none of its suspicions, makes no new request, and enters only with
+//     the others' real permission, token or grant. Its LockContext and
+//     TryLockContext return an [*UnreachableError] naming the peers it
+//     suspects; Lock waits. When it trusts a majority again it goes on.
+//     So a cluster needs n >= 3 to go on after a crash.
+//   - Fences never shared. With recovery on, every peer takes its fences
+//     from a class of its own (the numbers equal to its id modulo n), the
+//     least above every fence it has seen, so no two holds of the whole
+//     cluster share a fence, whatever the requests, crashes and
+//     suspicions; a store that accepts only a fence at least the highest
+//     it has accepted then never interleaves two holders' writes (Check
+//     with CheckConfig.Fenced). The first entry after a peer acts on a
+//     new suspicion takes a fence of a new epoch of its own, above
+//     k*[FenceEpoch] (k-1 = id modulo n), so that after a crash seen by a
+//     perfect detector every later fence is above every fence the
+//     crashed peer handed out, even those it told nobody of. Suzuki-Kasami
+//     and centralized put their token epoch or term there instead.
+//   - The majority's fences rank above the minority's: a minority enters
+//     only by the others' real answers, so it never takes a fence from
+//     an epoch of its own while cut off.
+//   - A peer back from a partition is asked again: a waiting peer resends
+//     what it waits for to a peer it trusts again, or that its transport
+//     reports reachable again after a cut too short to suspect it.
+//
+// Fences are not promised to follow the order of entry across a false
+// suspicion: they order holds for a store, nothing more.
 func WithRecovery() Option {
 	return Option{
 		name:  "WithRecovery",

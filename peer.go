@@ -101,12 +101,17 @@ func isNil(v any) bool {
 
 func startPeer(alg Algorithm, id, n int, m machine, tr Transport, cfg *config) *Peer {
 	p := &Peer{id: id, n: n, alg: alg, tr: tr, m: m, d: newDriver(id, n, cfg, true), obs: cfg.observer, recovery: cfg.recovery}
+	p.fast.setStride(1)
+	if cfg.recovery {
+		p.fast.setStride(uint64(n))
+	}
 	if r, ok := tr.(Reachability); ok && cfg.unreachableAfter > 0 {
 		p.reach = reach{
 			r:         r,
 			after:     cfg.unreachableAfter,
 			stop:      make(chan struct{}),
 			suspected: make([]bool, n),
+			down:      make([]bool, n),
 			changed:   make(chan struct{}),
 		}
 		p.wg.Add(1)
@@ -216,7 +221,7 @@ func (p *Peer) request(forever bool) (*waiter, <-chan struct{}, error) {
 	p.disarmLocked()
 	idle := p.d.idle()
 	if !forever {
-		if err := p.unreachableLocked(); err != nil && (!idle || !p.entersAtOnceLocked(evRequest)) {
+		if err := p.unreachableLocked(); err != nil && (!idle || p.d.minority() || !p.entersAtOnceLocked(evRequest)) {
 			return nil, nil, err
 		}
 	}
@@ -301,7 +306,7 @@ func (p *Peer) try() (*waiter, <-chan struct{}, error) {
 	}
 	p.disarmLocked()
 	idle := p.d.idle()
-	if err := p.unreachableLocked(); err != nil && (!idle || !p.entersAtOnceLocked(evTry)) {
+	if err := p.unreachableLocked(); err != nil && (!idle || p.d.minority() || !p.entersAtOnceLocked(evTry)) {
 		return nil, nil, err
 	}
 	if !p.d.try(p.host(), &p.out) {
@@ -582,6 +587,8 @@ func (h *peerHost) send(m Message) {
 func (h *peerHost) asked(bool) { h.yielded = false }
 
 func (h *peerHost) left() {}
+
+func (h *peerHost) suspected(j int) bool { return h.reach.suspected != nil && h.reach.suspected[j] }
 
 // entered hands the critical section, which the machine has just entered
 // for the first waiting caller, to that caller's waiter. A caller that

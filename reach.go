@@ -89,6 +89,7 @@ type reach struct {
 	stop  chan struct{} // closed by Close; set once
 
 	suspected []bool        // suspected[j]: j has been unreachable longer than after
+	down      []bool        // down[j]: the watcher last saw j unreachable
 	changed   chan struct{} // closed, and replaced, when a peer becomes suspected
 	needBuf   []int
 }
@@ -122,6 +123,7 @@ func (p *Peer) reassess() time.Duration {
 	now := time.Now()
 	var next time.Duration
 	sus := make([]bool, p.n)
+	down := make([]bool, p.n)
 	for j := range p.n {
 		if j == p.id {
 			continue
@@ -130,6 +132,7 @@ func (p *Peer) reassess() time.Duration {
 		if ok {
 			continue
 		}
+		down[j] = true
 		if down := now.Sub(since); down >= rc.after {
 			sus[j] = true
 		} else if left := rc.after - down; next == 0 || left < next {
@@ -140,10 +143,17 @@ func (p *Peer) reassess() time.Duration {
 	defer p.mu.Unlock()
 	p.holdSuspectsLocked(sus)
 	for j, s := range sus {
-		if s != rc.suspected[j] {
+		switch {
+		case s != rc.suspected[j]:
 			p.suspectLocked(j, s)
+		case rc.down[j] && !down[j] && !s && p.recovery && !p.closed:
+			// Back before it was suspected: what went to or from it
+			// meanwhile may be lost all the same (a short partition).
+			p.interruptLocked()
+			p.d.reached(p.host(), &p.out, j)
 		}
 	}
+	rc.down = down
 	return next
 }
 
@@ -161,51 +171,33 @@ func (p *Peer) suspectLocked(j int, suspected bool) {
 	}
 	p.interruptLocked() // the machine is stepped, as for a message
 	p.d.suspect(p.host(), &p.out, j, suspected)
-	if !p.recovery && suspected {
+	if suspected {
 		close(rc.changed)
 		rc.changed = make(chan struct{})
 	}
 }
 
-// FenceEpoch is the size of a fence epoch under WithRecovery: the first
-// entry a peer makes after it starts to suspect another takes the fence
-// k*FenceEpoch + 1, for the smallest k that puts it above every fence the
-// peer has seen and belongs to the peer (k-1 = id modulo n), so that no
-// two peers start the same epoch.
-const FenceEpoch = 1 << 32
-
-// entryFence returns the fencing token of an entry by peer id of n with
-// machine m, given fence, the highest the peer has seen (below MaxFence),
-// and whether a new epoch is due (WithRecovery: the first entry since the
-// peer began to suspect another, while it still does). It is fence+1, or,
-// when an epoch is due, the first fence of the next epoch that belongs to
-// the peer: epoch k belongs to peer (k-1) mod n. Two peers that each
-// suspect the other, or a falsely suspected holder and the peer that went
-// in without it, each start an epoch at once: with epochs of their own
-// they never share a fence (Check with CheckConfig.Fenced). A machine
-// that orders fences itself (fencer: Suzuki-Kasami's token epochs)
-// decides alone. The runtime and the World's fenced store both take
-// fences from here.
-func entryFence(m machine, fence uint64, epochDue bool, id, n int) uint64 {
-	if f, ok := m.(fencer); ok {
-		return min(f.nextFence(fence), MaxFence)
-	}
-	if epochDue {
-		k := fence/FenceEpoch + 1
-		k += (uint64(id+1) + uint64(n) - k%uint64(n)) % uint64(n)
-		if k < MaxFence/FenceEpoch {
-			fence = k * FenceEpoch
-		}
-	}
-	return fence + 1
-}
-
 // unreachableLocked returns the error for a request that needs a suspected
-// peer, or nil. It is nil when the peer does not watch reachability.
+// peer, or nil. It is nil when the peer does not watch reachability. With
+// WithRecovery the machine goes on without suspected peers, so it is nil
+// unless the peer is in a minority (see driver.suspect), and then it
+// names every peer suspected.
 func (p *Peer) unreachableLocked() error {
 	rc := &p.reach
-	if rc.r == nil || p.recovery || !slices.Contains(rc.suspected, true) {
+	if rc.r == nil || !slices.Contains(rc.suspected, true) {
 		return nil
+	}
+	if p.recovery {
+		if !p.d.minority() {
+			return nil
+		}
+		var peers []int
+		for j, s := range rc.suspected {
+			if s {
+				peers = append(peers, j)
+			}
+		}
+		return &UnreachableError{Peers: peers, After: rc.after}
 	}
 	if nd, ok := p.m.(needer); ok {
 		rc.needBuf = nd.needs(rc.needBuf[:0])
@@ -241,10 +233,9 @@ func (p *Peer) entersAtOnceLocked(kind eventKind) bool {
 }
 
 // suspicionsLocked returns the channel that is closed when a peer becomes
-// suspected next, or nil if the peer does not watch reachability or
-// recovers from suspicions (WithRecovery) instead of giving up.
+// suspected next, or nil if the peer does not watch reachability.
 func (p *Peer) suspicionsLocked() <-chan struct{} {
-	if p.reach.r == nil || p.recovery {
+	if p.reach.r == nil {
 		return nil
 	}
 	return p.reach.changed

@@ -38,6 +38,11 @@ func recoveryRows() []recoveryRow {
 		return r.Complete && r.Safe == Holds && r.DeadlockFree == Holds && r.StarvationFree == Holds && r.Liveness &&
 			(!r.Fenced || r.FencedSafe == Holds)
 	}
+	// A survivor of two is in a minority: it waits, blocked by the
+	// crash, and nobody is let in beside anyone.
+	minority := func(r CheckResult) bool {
+		return r.Complete && r.Safe == Holds && r.DeadlockFree == Holds && r.Blocked > 0
+	}
 	unsafe := func(r CheckResult) bool {
 		return r.Safe == Refuted && r.Violation != nil && r.Violation.Property == "safety"
 	}
@@ -77,7 +82,19 @@ func recoveryRows() []recoveryRow {
 			recoveryRow{a.name, "`WithRecovery()`, imperfect detector, 1 false suspicion", base(3, rec, imperfect, false), unsafe, true, false},
 		)
 		if a.store {
-			rows = append(rows, recoveryRow{a.name, "`WithRecovery()`, imperfect detector, 1 false suspicion, fenced store", base(2, rec, imperfect, true), fenced, true, false})
+			// Two peers: one that suspects the other suspects half the
+			// cluster, a minority that may not enter without it, so a
+			// false suspicion lets nobody in beside a holder, whatever
+			// the requests; and after a crash the survivor waits.
+			for _, k := range []int{1, 2} {
+				two := CheckConfig{Algorithm: a.alg, N: 2, Requests: k, Options: rec, Detector: imperfect, Fenced: true}
+				name := "`WithRecovery()`, imperfect detector, 1 false suspicion, fenced store"
+				if k > 1 {
+					name += ", 2 requests per peer"
+				}
+				rows = append(rows, recoveryRow{a.name, name, two, careful, false, false})
+			}
+			rows = append(rows, recoveryRow{a.name, "`WithRecovery()`, perfect detector, one crash: the survivor of two waits", base(2, rec, perfect, false), minority, false, false})
 		}
 		if a.bigFence {
 			big := base(3, rec, imperfect, true)

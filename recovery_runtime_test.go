@@ -2,6 +2,7 @@ package dmutex
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strconv"
 	"testing"
@@ -139,9 +140,9 @@ func TestRecoveryCrash(t *testing.T) {
 						// it) takes a new epoch of its own, epoch k being
 						// peer k-1's: peers 0, 1, 2 in turn take 1, 2, 3.
 						// The later entries take none.
-						assert.Equal(t, uint64(id+1)*FenceEpoch+1, f, "first entry of peer %d after the suspicion", id)
+						assert.Equal(t, classFence(uint64(id+1)*FenceEpoch, id, n), f, "first entry of peer %d after the suspicion", id)
 					} else {
-						assert.Equal(t, last+1, f, "round %d peer %d", round, id)
+						assert.Equal(t, classFence(last, id, n), f, "round %d peer %d", round, id)
 					}
 					assert.Greater(t, f, max(last, deadFence), "round %d peer %d", round, id)
 					last = f
@@ -211,7 +212,7 @@ func TestRecoveryTrustAgain(t *testing.T) {
 		f := p.(*Peer).Fence()
 		// Nobody is suspected any more: no new epoch, even for the peer
 		// that suspected the others while cut off and has not entered.
-		assert.Equal(t, last+1, f, "peer %d", id)
+		assert.Equal(t, classFence(last, id, n), f, "peer %d", id)
 		last = f
 		p.Unlock()
 		// Its n-1 replies were sent before it entered, and nothing else
@@ -251,23 +252,88 @@ func TestRecoveryFastPath(t *testing.T) {
 }
 
 // TestRecoveryEpochOnSuspicionOnly checks that only a new suspicion starts
-// an epoch: peer 3 crashes and peer 2 is cut off, peer 0 enters (a new
-// epoch), and once the partition heals and peer 2 is trusted again, peer
-// 0's next entry takes the next fence, though it still suspects peer 3.
+// an epoch: peer 4 crashes and peer 3 is cut off, peer 0 (still with a
+// majority of five) enters (a new epoch), and once the partition heals
+// and peer 3 is trusted again, peer 0's next entry takes its next fence,
+// though it still suspects peer 4.
 func TestRecoveryEpochOnSuspicionOnly(t *testing.T) {
-	const n = 4
+	const n = 5
 	c := recoveryCluster(t, RicartAgrawala, n)
-	require.NoError(t, c.Network().Crash(3))
-	require.NoError(t, c.Network().Partition([]int{2}))
+	require.NoError(t, c.Network().Crash(4))
+	require.NoError(t, c.Network().Partition([]int{3}))
 	p := c.Peer(0)
-	waitSuspected(t, p, []int{2, 3})
+	waitSuspected(t, p, []int{3, 4})
 	lockWithin(t, p, time.Minute)
 	first := p.(*Peer).Fence()
-	assert.Equal(t, uint64(FenceEpoch+1), first)
+	assert.Equal(t, classFence(FenceEpoch, 0, n), first)
 	p.Unlock()
 	c.Network().Heal()
-	waitSuspected(t, p, []int{3})
+	waitSuspected(t, p, []int{4})
 	lockWithin(t, p, time.Minute)
-	assert.Equal(t, first+1, p.(*Peer).Fence(), "a trust starts no epoch")
+	assert.Equal(t, classFence(first, 0, n), p.(*Peer).Fence(), "a trust starts no epoch")
 	p.Unlock()
+}
+
+// classFence is the fence a peer id of n takes with WithRecovery when the
+// highest it has seen is floor and no epoch is due: the least number
+// above floor equal to id modulo n.
+func classFence(floor uint64, id, n int) uint64 {
+	f := floor + 1
+	for f%uint64(n) != uint64(id) {
+		f++
+	}
+	return f
+}
+
+// TestRecoveryLonePeer cuts one peer of three off alone, for every
+// algorithm with a recovery and each peer in turn. The lone peer suspects
+// both others: in a minority, it does not enter, and its LockContext says
+// which peers it cannot reach. The other two suspect it, go on entering
+// without it, and a store that checks fences accepts every one of their
+// writes: nothing the lone peer could take ranks above them. After the
+// heal, the lone peer enters too, and its write is accepted.
+func TestRecoveryLonePeer(t *testing.T) {
+	const n, rounds = 3, 5
+	for _, alg := range recoveryAlgorithms {
+		for cut := range n {
+			t.Run(fmt.Sprintf("%v/cut=%d", alg, cut), func(t *testing.T) {
+				c := recoveryCluster(t, alg, n)
+				var store fencedStore
+				var pair []int
+				for id := range n {
+					if id != cut {
+						pair = append(pair, id)
+					}
+				}
+				require.NoError(t, c.Network().Partition([]int{cut}))
+				waitSuspected(t, c.Peer(cut), pair)
+				for _, id := range pair {
+					waitSuspected(t, c.Peer(id), []int{cut})
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+				err := c.Peer(cut).LockContext(ctx)
+				cancel()
+				var ue *UnreachableError
+				require.ErrorAs(t, err, &ue, "the lone peer does not enter")
+				assert.Equal(t, pair, ue.Peers)
+				for round := range rounds {
+					for _, id := range pair {
+						p := c.Peer(id)
+						lockWithin(t, p, time.Minute)
+						assert.True(t, store.write(p.Fence(), fmt.Sprintf("P%d round %d", id, round)), "round %d: P%d's write with fence %d", round, id, p.Fence())
+						p.Unlock()
+					}
+				}
+				c.Network().Heal()
+				for id := range n {
+					waitSuspected(t, c.Peer(id), nil)
+				}
+				p := c.Peer(cut)
+				lockWithin(t, p, time.Minute)
+				assert.True(t, store.write(p.Fence(), "the lone peer"), "the lone peer's write after the heal, fence %d", p.Fence())
+				p.Unlock()
+				assert.Empty(t, store.rejected)
+			})
+		}
+	}
 }

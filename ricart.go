@@ -58,14 +58,18 @@ import (
 // having replied, to the request outstanding and to later ones. It costs
 // no message. A suspected peer that turns out alive is served as before:
 // its requests are answered or deferred as usual, and the replies
-// deferred to it are sent at the release. When j is trusted again before
-// the entry, j's real reply is needed again; the request was sent to j,
-// so that reply comes. With a perfect detector (only crashed peers are
-// suspected) this is safe, and every surviving request is served (Check
-// at n = 3, one crash of any peer at any point). With an imperfect one a
-// falsely suspected peer may be inside while its suspecter enters, so
-// mutual exclusion can break; Check finds the run (README, "Crash
-// recovery, checked"). The public variant ricart-agrawala-naive-exclusion
+// deferred to it are sent at the release. When j is back (trusted again,
+// or reachable again after a cut too short to suspect it), j's real
+// reply is needed again if it has not come; but the request, or the
+// reply, may have been lost while j was cut off, so the peer sends its
+// request to j once more (one message), and j answers it as it would
+// have. A peer that suspects more than (n-1)/2 others acts on none of
+// its suspicions (see [WithRecovery]): at n = 2 a survivor waits. With a
+// perfect detector (only crashed peers are suspected) this is safe, and
+// every surviving request is served (Check at n = 3, one crash of any
+// peer at any point). With an imperfect one a falsely suspected peer may
+// be inside while its suspecter enters, so mutual exclusion can break;
+// Check finds the run (docs/checking.md, "Crash recovery, checked"). The public variant ricart-agrawala-naive-exclusion
 // stops waiting only for the request outstanding when the suspicion
 // comes, and Check finds its deadlock.
 func NewRicartAgrawala(n int, opts ...Option) (*Cluster, error) {
@@ -166,6 +170,18 @@ func (r *ricart) step(ev event, out *output) {
 		if r.recovery {
 			r.suspected[ev.msg.From] = ev.kind == evSuspect
 			r.check(out)
+		}
+	case evReached:
+		if j := ev.msg.From; r.recovery && r.state == raWanted && !r.granted[j] {
+			// j is back, and its real reply is needed; but the request,
+			// or the reply, may have been lost while j was cut off. Ask
+			// again: j answers a request it already has as it did (or
+			// defers it), and a second reply counts once.
+			kind := KindRequest
+			if r.trying {
+				kind = KindTry
+			}
+			out.send(Message{Kind: kind, From: r.id, To: j, TS: r.ts})
 		}
 	}
 }

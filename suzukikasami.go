@@ -112,7 +112,9 @@ import (
 // be inside when the new token lets another peer in; fences order the
 // two, since the epoch is in a fence's high bits, and the survivors still
 // go on entering (Check at n = 3 with the fenced store, one false
-// suspicion and one crash, README). The public
+// suspicion and one crash, docs/checking.md). A peer that suspects more
+// than (n-1)/2 others acts on none of its suspicions (see
+// [WithRecovery]): at n = 2 a survivor waits. The public
 // variant suzuki-kasami-naive-regeneration regenerates without waiting
 // for the statuses, and Check finds two peers inside with a perfect
 // detector.

@@ -413,7 +413,7 @@ func (w *World) spareFor(p int) machine {
 func (w *World) Peer(p int) PeerStatus {
 	s := w.peers[p]
 	return PeerStatus{
-		Waiting: s.d.requested,
+		Waiting: s.d.wanting(),
 		Trying:  s.d.trying,
 		Inside:  s.d.inside,
 		Crashed: w.isCrashed(p),

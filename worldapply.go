@@ -164,11 +164,11 @@ func (w *World) appendTransitions(trs []Transition, faults bool) []Transition {
 			trs = append(trs, Transition{Kind: TransWrite, Peer: p})
 		case s.d.inside:
 			trs = append(trs, Transition{Kind: TransLeave, Peer: p})
-		case !s.d.requested:
+		case s.d.idle():
 			if s.budget != 0 {
 				trs = append(trs, Transition{Kind: TransRequest, Peer: p})
 			}
-			if s.tries != 0 {
+			if s.tries != 0 && !s.d.minority() {
 				trs = append(trs, Transition{Kind: TransTry, Peer: p})
 			}
 		}
@@ -229,9 +229,11 @@ func (w *World) appendTransitions(trs []Transition, faults bool) []Transition {
 }
 
 // appendDetector appends the failure detector's transitions: with free
-// unset those it owes (a suspicion of a crashed peer, a trust of a live
-// suspected one), which happen eventually; with free set the false
-// suspicions it may still make.
+// unset those it owes, which happen eventually: a suspicion of a peer
+// that is gone (crashed, or cut off by a partition: a real detector
+// cannot tell the two apart), a trust of a suspected peer that is back
+// (alive, and no partition between them); with free set the false
+// suspicions it may still make, of peers that are not gone.
 func (w *World) appendDetector(trs []Transition, free bool) []Transition {
 	if w.f.detector == 0 || (free && (w.f.detector != DetectorImperfect || w.f.falseLeft <= 0)) {
 		return trs
@@ -244,18 +246,41 @@ func (w *World) appendDetector(trs []Transition, free bool) []Transition {
 			if j == i {
 				continue
 			}
-			sus, dead := w.suspects(i, j), w.isCrashed(j)
+			sus, gone := w.suspects(i, j), w.gone(i, j)
 			switch {
-			case !free && !sus && dead:
+			case !free && !sus && gone:
 				trs = append(trs, Transition{Kind: TransSuspect, Peer: i, Target: j})
-			case !free && sus && !dead:
+			case !free && sus && !gone:
 				trs = append(trs, Transition{Kind: TransTrust, Peer: i, Target: j})
-			case free && !sus && !dead:
+			case free && !sus && !gone:
 				trs = append(trs, Transition{Kind: TransSuspect, Peer: i, Target: j})
 			}
 		}
 	}
 	return trs
+}
+
+// gone reports whether peer j is gone for peer i's failure detector: it
+// has crashed, or a partition cuts it off from i.
+func (w *World) gone(i, j int) bool {
+	return w.isCrashed(j) || (w.f.group != nil && w.f.group[i] != w.f.group[j])
+}
+
+// cutOff reports whether a partition in force leaves peer p on a side
+// with no majority of the cluster: with WithRecovery it may not enter
+// until the partition heals (see driver.suspect), so no progress is owed
+// to it meanwhile.
+func (w *World) cutOff(p int) bool {
+	if w.f.group == nil {
+		return false
+	}
+	side := 0
+	for _, g := range w.f.group {
+		if g == w.f.group[p] {
+			side++
+		}
+	}
+	return 2*side <= w.n
 }
 
 // maxDetectorPeers is the largest cluster a World models a failure
@@ -333,10 +358,23 @@ func (w *World) apply(t Transition) (Step, error) {
 		_ = w.partition(w.f.partInto) // the groups were checked by the checker
 	case TransHeal:
 		w.f.healLeft--
+		group := w.f.group
 		w.f.group = nil
 		w.record(Event{Kind: EventHeal, Peer: -1})
+		// Each live peer hears that the peers it was cut off from and
+		// does not suspect are back, as the runtime's watcher sees a
+		// link come back; a suspected one is trusted in a step of its
+		// own, which the detector owes.
+		for i := range w.n {
+			for j := range w.n {
+				if group[i] != group[j] && !w.isCrashed(i) && !w.isCrashed(j) && !w.suspects(i, j) {
+					d, h := w.drive(i)
+					d.reached(h, &w.out, j)
+				}
+			}
+		}
 	case TransSuspect:
-		if !w.isCrashed(t.Target) {
+		if !w.gone(t.Peer, t.Target) {
 			w.f.falseLeft--
 		}
 		w.f.suspects |= 1 << uint(t.Peer*w.n+t.Target)
@@ -514,6 +552,8 @@ func (h *worldHost) broken(what string, entry bool) {
 	}
 	w.fail("peer %d %s", h.hostPeer, what)
 }
+
+func (h *worldHost) suspected(j int) bool { return (*World)(h).suspects(h.hostPeer, j) }
 
 func (h *worldHost) left() {
 	w, peer := (*World)(h), h.hostPeer

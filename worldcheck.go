@@ -73,7 +73,7 @@ func (w *World) quiet() bool {
 		return false
 	}
 	for p := range w.n {
-		if s := &w.peers[p]; !w.isCrashed(p) && !s.d.requested && s.budget != 0 {
+		if s := &w.peers[p]; !w.isCrashed(p) && s.d.idle() && s.budget != 0 {
 			return false
 		}
 	}
@@ -106,11 +106,27 @@ func (w *World) finalCheck() error {
 		return nil
 	}
 	waiting := w.Waiting()
-	if w.faulted() && w.f.detector == 0 {
+	if w.faulted() && (w.f.detector == 0 || w.f.group != nil || w.minorities(waiting)) {
+		// After a fault, with no detector to recover from it, with a
+		// partition still in force (a heal may come), or with every
+		// waiting peer in a minority (WithRecovery: it suspects too many
+		// peers to enter without them, see driver.suspect), the peers
+		// that wait are blocked by the fault, not deadlocked by the
+		// algorithm.
 		return w.blocked(waiting)
 	}
 	w.err = fmt.Errorf("%w: deadlock after step %d: peers %v wait and no message is in flight", ErrViolation, w.step, waiting)
 	return w.err
+}
+
+// minorities reports whether every peer of waiting is in a minority.
+func (w *World) minorities(waiting []int) bool {
+	for _, p := range waiting {
+		if !w.peers[p].d.minority() {
+			return false
+		}
+	}
+	return len(waiting) > 0
 }
 
 // Waiting returns the peers, crashed ones left out, that have a request

@@ -128,9 +128,9 @@ func (w *World) isDue(t Transition) bool {
 			return false
 		}
 		if t.Kind == TransSuspect {
-			return !w.suspects(p, q) && w.isCrashed(q)
+			return !w.suspects(p, q) && w.gone(p, q)
 		}
-		return w.suspects(p, q) && !w.isCrashed(q)
+		return w.suspects(p, q) && !w.gone(p, q)
 	}
 	return false
 }
