@@ -236,6 +236,24 @@ type CheckConfig struct {
 	// no Fenced store.
 	PartialOrder bool
 
+	// Workers, if positive, is the number of goroutines that expand
+	// states: the search is then breadth first, in batches of states that
+	// the workers expand at once and one goroutine merges in the order of
+	// the queue (see parallel.go), so that the result (States,
+	// Transitions, every verdict, the counterexample, a shortest one) is
+	// the same for any number of workers, and the same as without them
+	// with the graph. With SafetyOnly the search keeps no graph but is
+	// breadth first too, keeping 8 bytes more a state than depth first
+	// (its number and its parent) and the worlds of the frontier (bounded
+	// by MaxMemory) instead of those of one path. 0, the default, is one
+	// goroutine, depth first with SafetyOnly. It excludes PartialOrder,
+	// whose reduction needs a depth-first path. BenchmarkCheckParallel
+	// measures what it gains: breadth first, each new state is a new
+	// world for the garbage collector to scan, so a state costs more CPU
+	// than depth first, and with two cores the collector already uses part
+	// of the second; more workers than cores only add waiting.
+	Workers int
+
 	// StampGaps counts as one the states of a world of clock machines
 	// (Lamport's) that differ only in gaps between stamps too wide for
 	// the rest of the run to bridge: every stamp to come is one held now
@@ -635,10 +653,8 @@ type checker struct {
 	res    searchResult
 	seeds  [2]maphash.Seed
 	fps    *visited
-	buf    []byte
-	sbuf   []byte
-	mbufs  [][]byte
-	stamps stampMap
+	hash   hasher // the search's own goroutine's
+	buf    []byte // classOf's
 	start  time.Time
 	done   <-chan struct{} // the context's
 
@@ -792,8 +808,13 @@ func newChecker(cc CheckConfig) (*checker, error) {
 	default:
 		return nil, fmt.Errorf("%w: %d-bit fingerprints, want 64 or 128", ErrInvalidConfig, cc.Fingerprint)
 	}
+	if cc.Workers < 0 {
+		return nil, fmt.Errorf("%w: %d workers, want 0 or more", ErrInvalidConfig, cc.Workers)
+	}
 	if cc.PartialOrder {
 		switch {
+		case cc.Workers > 0:
+			return nil, fmt.Errorf("%w: PartialOrder with %d workers: the reduction needs the path of a depth-first search", ErrInvalidConfig, cc.Workers)
 		case !cc.SafetyOnly:
 			return nil, fmt.Errorf("%w: PartialOrder needs SafetyOnly: the reduced graph keeps safety and deadlocks, not the cycles liveness is checked on", ErrInvalidConfig)
 		case cc.Network != NetworkFIFO:
@@ -838,6 +859,7 @@ func newChecker(cc CheckConfig) (*checker, error) {
 		},
 	}
 	c.res.MaxOvertakes = -1
+	c.hash = hasher{seeds: &c.seeds, bits: cc.Fingerprint}
 	if cc.Network == NetworkUnordered {
 		c.classes = make(map[string]int32)
 	}
@@ -895,12 +917,27 @@ func (o *origin) world(trace bool) (*World, error) {
 
 // fingerprint returns the hash of w's encoding: 128 bits, or 64 in the
 // first word.
-func (c *checker) fingerprint(w *World) fingerprint {
-	c.buf = w.appendState(c.buf[:0], &c.mbufs, &c.sbuf, &c.stamps)
-	if c.cc.Fingerprint == 64 {
-		return fingerprint{maphash.Bytes(c.seeds[0], c.buf), 0}
+func (c *checker) fingerprint(w *World) fingerprint { return c.hash.fingerprint(w) }
+
+// A hasher encodes and hashes worlds, in buffers of its own: one per
+// goroutine of the search.
+type hasher struct {
+	seeds  *[2]maphash.Seed
+	bits   int
+	buf    []byte
+	sbuf   []byte
+	mbufs  [][]byte
+	stamps stampMap
+}
+
+// fingerprint returns the hash of w's encoding: 128 bits, or 64 in the
+// first word.
+func (h *hasher) fingerprint(w *World) fingerprint {
+	h.buf = w.appendState(h.buf[:0], &h.mbufs, &h.sbuf, &h.stamps)
+	if h.bits == 64 {
+		return fingerprint{maphash.Bytes(h.seeds[0], h.buf), 0}
 	}
-	return fingerprint{maphash.Bytes(c.seeds[0], c.buf), maphash.Bytes(c.seeds[1], c.buf)}
+	return fingerprint{maphash.Bytes(h.seeds[0], h.buf), maphash.Bytes(h.seeds[1], h.buf)}
 }
 
 // classOf is the fairness class of transition t in the world being
@@ -974,14 +1011,17 @@ func (c *checker) explore(ctx context.Context) error {
 		c.budget = DefaultMaxMemory
 	}
 	c.sample(w)
-	c.fps = newVisited(c.graph, c.cc.Fingerprint)
+	c.fps = newVisited(c.graph || c.cc.Workers > 0, c.cc.Fingerprint)
 	c.fps.add(c.fingerprint(w), 0)
 	c.res.States = 1
 	c.lastReport = c.start
 	var complete bool
-	if c.graph {
+	switch {
+	case c.cc.Workers > 0:
+		complete, err = c.parallelBreadthFirst(w)
+	case c.graph:
 		complete, err = c.breadthFirst(w)
-	} else {
+	default:
 		complete, err = c.depthFirst(w)
 	}
 	if err != nil {
@@ -1069,45 +1109,65 @@ const (
 // examine lists cur's transitions into trs and, if cur is quiet, checks
 // it; with the graph it also records what holds in cur.
 func (c *checker) examine(cur *World, trs []Transition) ([]Transition, verdict, error) {
+	trs, v, flags, broken := inspect(cur, trs)
+	c.record(cur, flags)
+	return trs, v, broken
+}
+
+// record counts a blocked state and, with the graph, records what holds
+// in cur, given the flags inspect found (stQuiet, stBlocked).
+func (c *checker) record(cur *World, flags uint8) {
 	c.cur = cur
-	var info stateInfo
-	if c.graph {
-		for p, s := range cur.peers {
-			crashed := cur.isCrashed(p)
-			if crashed {
-				info.crashed |= 1 << uint(p%64)
-			}
-			if s.d.wanting() && !crashed {
-				info.waitAny |= 1 << uint(p%64)
-			}
-		}
-		if cur.f.parted && cur.f.group == nil {
-			info.flags |= stHealed
-		}
-		if cur.faulted() {
-			info.flags |= stFaulted
-		}
-		if !cur.faulted() || c.cc.Detector.Kind != DetectorNone {
-			for p, s := range cur.peers {
-				if s.d.wanting() && !cur.isCrashed(p) && !cur.cutOff(p) {
-					info.wait |= 1 << uint(p%64)
-				}
-			}
-		}
-		c.off = append(c.off, int32(len(c.to)))
+	if flags&stBlocked != 0 {
+		c.res.Blocked++
 	}
+	if !c.graph {
+		return
+	}
+	info := stateInfo{flags: flags}
+	for p, s := range cur.peers {
+		crashed := cur.isCrashed(p)
+		if crashed {
+			info.crashed |= 1 << uint(p%64)
+		}
+		if s.d.wanting() && !crashed {
+			info.waitAny |= 1 << uint(p%64)
+		}
+	}
+	if cur.f.parted && cur.f.group == nil {
+		info.flags |= stHealed
+	}
+	if cur.faulted() {
+		info.flags |= stFaulted
+	}
+	if !cur.faulted() || c.cc.Detector.Kind != DetectorNone {
+		for p, s := range cur.peers {
+			if s.d.wanting() && !cur.isCrashed(p) && !cur.cutOff(p) {
+				info.wait |= 1 << uint(p%64)
+			}
+		}
+	}
+	c.off = append(c.off, int32(len(c.to)))
+	c.info = append(c.info, info)
+}
+
+// inspect lists cur's transitions into trs and, if cur is quiet, checks
+// it: flags has stQuiet, and stBlocked when a fault left a survivor
+// waiting. It changes nothing but cur's error, which it clears, so that
+// goroutines may inspect different worlds at once.
+func inspect(cur *World, trs []Transition) ([]Transition, verdict, uint8, error) {
+	var flags uint8
 	trs = cur.appendTransitions(trs[:0], true)
 	v := vOK
 	var broken error
 	if cur.quiet() {
-		info.flags |= stQuiet
+		flags |= stQuiet
 		err := cur.finalCheck()
 		cur.err = nil // the faults may still strike
 		if err != nil {
 			switch {
 			case errors.Is(err, ErrBlocked):
-				info.flags |= stBlocked
-				c.res.Blocked++
+				flags |= stBlocked
 			case strings.Contains(err.Error(), ": deadlock after step"):
 				v = vDeadlock
 			default: // a promise for a cluster at rest
@@ -1115,10 +1175,7 @@ func (c *checker) examine(cur *World, trs []Transition) ([]Transition, verdict, 
 			}
 		}
 	}
-	if c.graph {
-		c.info = append(c.info, info)
-	}
-	return trs, v, broken
+	return trs, v, flags, broken
 }
 
 // breadthFirst explores from w breadth first, keeping the graph, and
