@@ -41,10 +41,7 @@
 // with a hello that names the sender, the cluster size, the algorithm and
 // its options (WithCluster): peers that disagree, or a restarted process
 // of a peer that the receiver had heard from, are refused with an error
-// naming both sides, which Barrier and Err return. Under Insecure a
-// received stream cannot prove which peer sent it, so a mismatched hello
-// on it is refused and logged but stops nothing; the peer that really
-// runs another cluster is found on this side's own stream to it. A frame whose fencing
+// naming both sides, which Barrier and Err return. A frame whose fencing
 // token exceeds MaxFence is refused.
 //
 // # Security

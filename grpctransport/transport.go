@@ -104,11 +104,6 @@ type Transport struct {
 	fmu   sync.Mutex
 	fatal error // the first error that stopped the links for good; see Err
 
-	// unverified is the last cluster mismatch that an unauthenticated
-	// stream claimed (see Insecure): not final, but named by a Barrier
-	// that times out.
-	unverified atomic.Pointer[error]
-
 	mu      sync.Mutex // guards closed and wg.Add against Close
 	closed  bool
 	done    chan struct{}   // closed when Close begins
@@ -744,13 +739,7 @@ func (t *Transport) fail(err error) {
 // nil. A transport gives up when a stream is refused, in either direction,
 // because the two peers disagree on the cluster (size, or algorithm and
 // options given with WithCluster), or because the sender is a restarted
-// process of a peer this transport had heard from before. Under Insecure,
-// a stream this transport receives cannot show which peer it speaks for,
-// so a mismatch in its hello is refused and logged at warning level but is
-// not final (anyone who reaches the port could send one); a real peer of
-// another cluster is found when it refuses this transport's own stream to
-// it. With TLS, the client certificate shows it, and a mismatch from
-// either side is final. The error names
+// process of a peer this transport had heard from before. The error names
 // both sides. The transport keeps running, but the cluster cannot work
 // until it is restarted with one configuration.
 func (t *Transport) Err() error {
@@ -799,23 +788,11 @@ func (t *Transport) Barrier(ctx context.Context) error {
 		select {
 		case <-ch:
 		case <-ctx.Done():
-			if e := t.unverified.Load(); e != nil {
-				return fmt.Errorf("%w (meanwhile an unauthenticated stream was refused: %w)", ctx.Err(), *e)
-			}
 			return ctx.Err()
 		case <-t.done:
 			return dmutex.ErrClosed
 		}
 	}
-}
-
-// remoteAddr returns the address of a stream's client, or "" if gRPC does
-// not say.
-func remoteAddr(ctx context.Context) string {
-	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
-		return p.Addr.String()
-	}
-	return ""
 }
 
 func (t *Transport) barrierDone(r uint32, marks []uint64) bool {
@@ -1010,19 +987,6 @@ func (is *inStream) read() error {
 	epoch := h.GetEpoch()
 	is.from, is.epoch = from, epoch
 	if err := t.sameCluster(h); err != nil {
-		if t.opt.insecure {
-			// Nothing shows that this stream speaks for peer from:
-			// whoever reaches the port can send any hello. Refuse it
-			// and go on. A real peer of another cluster learns of the
-			// refusal on its own link and gives up; this one gives up
-			// when that peer refuses this one's link, and a Barrier that
-			// times out names the refused stream.
-			t.refused.Add(1)
-			t.unverified.Store(&err)
-			t.log.Warn("dmutex: grpctransport: refused an unauthenticated stream whose hello does not match this cluster; "+
-				"under Insecure it does not stop this peer", "from", from, "remote", remoteAddr(is.stream.Context()), "err", err)
-			return status.Error(codes.FailedPrecondition, err.Error())
-		}
 		is.fatal = err
 		return refuse(codes.FailedPrecondition, err)
 	}
