@@ -134,6 +134,11 @@ var unseenFields = map[Algorithm][]unseenField{
 			return !s.recovery || !s.collecting
 		}},
 	},
+	AgrawalElAbbadi: {
+		{field: "inquiry", why: "inquiry[k] is encoded beside votes[k] (the embedded Maekawa machine's); its length is the quorum's", when: func(_ machine, path string) bool { return path == "inquiry" }},
+		{field: "local", why: "messages to itself within one step, empty between steps"},
+		{field: "suspected", why: "read only with WithRecovery", when: func(m machine, _ string) bool { return !inner[agrawalElAbbadi](m).recovery }},
+	},
 	RoucairolCarvalho: {
 		{field: "nperm", why: "the count of perm's true entries, which the encoding holds"},
 	},
