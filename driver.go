@@ -83,11 +83,6 @@ func newDriver(id, n int, cfg *config, fenced bool) driver {
 // machine has nothing outstanding.
 func (d *driver) idle() bool { return !d.requested && !d.inside && d.waiting == 0 }
 
-// busy reports whether the peer has a request that is not over: a caller
-// waiting or inside, or a request the machine still has out for a caller
-// that gave up.
-func (d *driver) busy() bool { return !d.idle() }
-
 // pending returns the callers queued behind the one the outstanding
 // request is for (behind the holder, while one is inside).
 func (d *driver) pending() int {
