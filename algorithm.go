@@ -24,6 +24,7 @@ const (
 	LodhaKshemkalyani
 	RicartAgrawalaToken
 	AgrawalElAbbadi
+	SinghalDynamic
 	numAlgorithms
 )
 
@@ -53,6 +54,7 @@ var algorithms = [numAlgorithms]algorithmSpec{
 	LodhaKshemkalyani:   {name: "lodha-kshemkalyani", fifo: true, build: newLodha},
 	RicartAgrawalaToken: {name: "ricart-agrawala-token", build: newRicartToken},
 	AgrawalElAbbadi:     {name: "agrawal-el-abbadi", fifo: true, build: newAgrawalElAbbadi},
+	SinghalDynamic:      {name: "singhal-dynamic", build: newSinghalDynamic},
 }
 
 // Algorithms returns every algorithm, in the order of the constants.

@@ -27,6 +27,7 @@
 //	RicartAgrawala             permission  2(n-1)                  any           CACM 1981
 //	  WithImplicitReplies      permission  2(n-1); k(n-1)+k(k-1)/2+k(n-k) for k contenders
 //	RoucairolCarvalho          permission  0 to 2(n-1)             any           CACM 1983
+//	SinghalDynamic             permission  0 to 2(n-1); n-1 mean   any           IEEE TPDS 1992
 //	LodhaKshemkalyani          permission  n-1 to 2(n-1)           FIFO          IEEE TPDS 2000
 //	Maekawa                    permission  3(K-1), K ≤ 2⌈√n⌉-1     FIFO          ACM TOCS 1985
 //	AgrawalElAbbadi            permission  3(K-1), K ≤ ⌊log₂ n⌋+1  FIFO          ACM TOCS 1991
@@ -37,7 +38,7 @@
 //	RicartAgrawalaToken        token       0 if held, else n       any           CACM 1983
 //
 // Each constructor's doc comment ([NewCentralized], [NewLamport],
-// [NewRicartAgrawala], [NewRoucairolCarvalho], [NewLodhaKshemkalyani],
+// [NewRicartAgrawala], [NewRoucairolCarvalho], [NewSinghalDynamic], [NewLodhaKshemkalyani],
 // [NewMaekawa], [NewAgrawalElAbbadi], [NewSuzukiKasami], [NewTokenRing], [NewRaymond],
 // [NewNaimiTrehel], [NewRicartAgrawalaToken], or [New] with an
 // [Algorithm]) states its paper, channel
@@ -56,6 +57,9 @@
 // costs a third more but shows the replicated-queue idea;
 // Roucairol-Carvalho's keeps each permission until it is asked for again,
 // so a peer that enters again before anybody else asks pays nothing;
+// Singhal's dynamic algorithm reaches the same costs by request sets
+// that follow the load: a peer asks only those that entered since its
+// last entry;
 // Lodha-Kshemkalyani's keeps Ricart-Agrawala's (timestamp, id) order and
 // lets concurrent requests stand in for replies, down to n-1 requests and
 // one release per entry when all ask at once.

@@ -69,6 +69,7 @@ func docAlgs() []docAlg {
 		{"Naimi-Trehel", NaimiTrehel, nil, []Kind{KindRequest, KindToken}, false},
 		{"Lodha-Kshemkalyani", LodhaKshemkalyani, nil, []Kind{KindRequest, KindReply, KindRelease}, false},
 		{"Ricart-Agrawala token", RicartAgrawalaToken, nil, []Kind{KindRequest, KindToken}, false},
+		{"Singhal dynamic", SinghalDynamic, nil, []Kind{KindRequest, KindReply}, false},
 		{"Agrawal-El Abbadi", AgrawalElAbbadi, nil, []Kind{KindRequest, KindLocked, KindInquire, KindFailed, KindRelinquish, KindRelease}, false},
 	}
 }

@@ -46,6 +46,8 @@ func TestRuntimeFailureCells(t *testing.T) {
 		{"Roucairol-Carvalho | P0 crashes, idle", 1, crash(0)}, // 0 starts with every one
 		{"Lodha-Kshemkalyani | P2 crashes, idle", 0, crash(2)},
 		{"Agrawal-El Abbadi | P2 crashes, idle", 1, crash(2)}, // not on peer 1's path, 0-1
+		{"Singhal dynamic | P2 crashes, idle", 1, crash(2)},   // R_2 = {0, 1}: nobody asks 2
+		{"Singhal dynamic | P0 crashes, idle", 1, crash(0)},   // everybody else asks 0
 	} {
 		t.Run(tt.row, func(t *testing.T) {
 			r, ok := rows[tt.row]

@@ -233,6 +233,19 @@ var closedForms = []closedForm{
 		// Alone, nobody's request is concurrent: every peer replies.
 		return map[string]uint64{"request": uint64(n - 1), "reply": uint64(n - 1)}
 	}},
+	{variant{name: "singhal-dynamic", alg: SinghalDynamic}, func(n, id, round int) map[string]uint64 {
+		// A request and a reply for each peer in R_id: in the first
+		// round the staircase, the peers below id; after it, every
+		// other peer, since each has entered since id's last entry.
+		r := uint64(n - 1)
+		if round == 0 {
+			r = uint64(id)
+		}
+		if r == 0 {
+			return map[string]uint64{}
+		}
+		return map[string]uint64{"request": r, "reply": r}
+	}},
 	{variant{name: "roucairol-carvalho", alg: RoucairolCarvalho}, func(n, id, round int) map[string]uint64 {
 		// A request and a reply for each permission elsewhere: in the
 		// first round, peer id lacks those of the peers before it, which

@@ -142,6 +142,9 @@ var unseenFields = map[Algorithm][]unseenField{
 	RoucairolCarvalho: {
 		{field: "nperm", why: "the count of perm's true entries, which the encoding holds"},
 	},
+	SinghalDynamic: {
+		{field: "nr", why: "the count of rset's true entries, which the encoding holds"},
+	},
 	LodhaKshemkalyani: {
 		{field: "nheard", why: "the count of heard's true entries, which the encoding holds"},
 	},

@@ -29,6 +29,8 @@ func reachCase(v variant) (requester, crashed int) {
 		return 1, set[slices.IndexFunc(set, func(j int) bool { return j != 1 })]
 	case RoucairolCarvalho:
 		return 3, 0 // 3 starts with no permission, 0 with all
+	case SinghalDynamic:
+		return 3, 0 // R_3 = {0, 1, 2}; R_0 is empty
 	}
 	return 0, 3
 }

@@ -154,6 +154,18 @@ func TestSimulationKContenders(t *testing.T) {
 			}
 			return want
 		}},
+		{variant{name: "singhal-dynamic", alg: SinghalDynamic}, func(_, k int) map[string]uint64 {
+			// From the staircase: of each pair of contenders the lower
+			// id is in the higher one's request set and not the other
+			// way round, so the lower enters first and the higher asks
+			// it once: one request and one reply per pair, none to or
+			// from the peers that do not ask.
+			m := uint64(k * (k - 1) / 2)
+			if m == 0 {
+				return map[string]uint64{}
+			}
+			return map[string]uint64{"request": m, "reply": m}
+		}},
 		{variant{name: "roucairol-carvalho", alg: RoucairolCarvalho}, func(_, k int) map[string]uint64 {
 			// From a fresh cluster: of each pair of contenders the lower
 			// id starts with the permission, enters first, and gives it

@@ -44,6 +44,8 @@ func TestTimedTextbook(t *testing.T) {
 		// when nobody has taken a permission since its last entry: at
 		// light load some 1/8 of the requests.
 		{RoucairolCarvalho, 1, 0.001, 2 + e, 0.3},
+		// ...and Singhal's, whose request set is empty then.
+		{SinghalDynamic, 1, 0.001, 2 + e, 0.3},
 		// ...Suzuki-Kasami's holder re-enters without a message (0 T) when
 		// it is the last holder: at light load 1/8 of the requests.
 		{SuzukiKasami, 1, 0.001, 2 + e, 0.3},

@@ -125,6 +125,13 @@ func tryCostsWithZeros(v variant, n, h, j int) map[string]uint64 {
 			}
 		}
 		return want
+	case SinghalDynamic:
+		// In a fresh cluster R_j holds the peers below j; the holder,
+		// peer 0, answers busy, the others reply.
+		if refused {
+			return map[string]uint64{"try": k(j), "reply": k(j - 1), "busy": 1}
+		}
+		return map[string]uint64{"try": k(j), "reply": k(j)}
 	case RoucairolCarvalho:
 		// In a fresh cluster j lacks the permissions of the peers before
 		// it; the holder, peer 0, answers busy, the others give theirs.
@@ -222,10 +229,12 @@ func TestTryLockRefused(t *testing.T) {
 					}
 					deltas[x] = cl.Stats().Sub(start)
 				}
-				if v.alg == RoucairolCarvalho {
+				if v.alg == RoucairolCarvalho || v.alg == SinghalDynamic {
 					// The permissions given to the refused try stay with
-					// it, as any permission does until it is asked for:
-					// the later entries ask elsewhere, the same in number.
+					// it, as any permission does until it is asked for
+					// (Singhal: the peers that replied left its request
+					// set): the later entries ask elsewhere, the same in
+					// number.
 					assert.Equal(t, deltas[1].Entries, deltas[0].Entries, "after peer %d's refused try", j)
 					continue
 				}

@@ -133,6 +133,20 @@ var variantList = []Variant{
 		wrap: func(m machine) machine { return &rcNoAskBack{m.(*roucairol)} },
 	},
 	{
+		Name:      "singhal-dynamic-forget-reply",
+		Algorithm: SinghalDynamic,
+		Teaches:   "A requesting Singhal peer that replies to an older request must put its requester in its request set: one that forgets it enters without that peer's reply, while the peer it replied to enters too.",
+		N:         3, Requests: 1, Network: NetworkFIFO,
+		wrap: func(m machine) machine { return &sdForgetReply{m.(*singhalDynamic)} },
+	},
+	{
+		Name:      "singhal-dynamic-no-request-back",
+		Algorithm: SinghalDynamic,
+		Teaches:   "A requesting Singhal peer that replies to an older request and puts its requester in its request set must also send it its own request: its request went only to its old request set, so without a new one it waits for ever for a reply.",
+		N:         3, Requests: 1, Network: NetworkFIFO,
+		wrap: func(m machine) machine { return &sdNoRequestBack{m.(*singhalDynamic)} },
+	},
+	{
 		Name:      "naimi-trehel-no-next",
 		Algorithm: NaimiTrehel,
 		Teaches:   "Naimi-Trehel's root must remember in NEXT the request it cannot serve yet: a root that is inside or waiting, and only points LAST at the requester, leaves without passing the token on, and the requester waits for ever.",
@@ -450,3 +464,45 @@ func (r *ratOutdated) step(ev event, out *output) {
 }
 
 func (r *ratOutdated) clone() machine { return &ratOutdated{r.ricartToken.clone().(*ricartToken)} }
+
+// Singhal's dynamic algorithm, a requesting peer that replies to an older
+// request without putting the requester in its request set: every reply
+// it sends while it requests leaves R_i as it was, and asks nothing back.
+type sdForgetReply struct{ *singhalDynamic }
+
+func (s *sdForgetReply) step(ev event, out *output) {
+	wanted := s.state == raWanted && !s.trying
+	before := slices.Clone(s.rset)
+	n := len(out.msgs)
+	s.singhalDynamic.step(ev, out)
+	if !wanted || ev.kind != evMessage || ev.msg.Kind != KindRequest {
+		return
+	}
+	for _, m := range out.msgs[n:] {
+		if m.Kind == KindReply && !before[m.To] {
+			s.remove(m.To)
+		}
+	}
+	out.msgs = append(out.msgs[:n], slices.DeleteFunc(out.msgs[n:], func(m Message) bool { return m.Kind == KindRequest })...)
+}
+
+func (s *sdForgetReply) clone() machine {
+	return &sdForgetReply{s.singhalDynamic.clone().(*singhalDynamic)}
+}
+
+// Singhal's dynamic algorithm, a requesting peer that replies to an older
+// request and puts the requester in R_i, but sends it no request: the only
+// requests it sends while handling a message are those.
+type sdNoRequestBack struct{ *singhalDynamic }
+
+func (s *sdNoRequestBack) step(ev event, out *output) {
+	n := len(out.msgs)
+	s.singhalDynamic.step(ev, out)
+	if ev.kind == evMessage {
+		out.msgs = append(out.msgs[:n], slices.DeleteFunc(out.msgs[n:], func(m Message) bool { return m.Kind == KindRequest })...)
+	}
+}
+
+func (s *sdNoRequestBack) clone() machine {
+	return &sdNoRequestBack{s.singhalDynamic.clone().(*singhalDynamic)}
+}

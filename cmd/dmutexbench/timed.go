@@ -36,6 +36,7 @@ var textbook = map[string][2]string{
 	"suzuki-kasami":         {"T", "2T+E"},
 	"raymond":               {"T log(N)/2", "T log(N)+E"},
 	"roucairol-carvalho":    {"T", "2T+E"},
+	"singhal-dynamic":       {"T", "2T+E"},
 	"naimi-trehel":          {"T", "T(log(N)+1)+E"},
 	"lodha-kshemkalyani":    {"T", "2T+E"},
 	"ricart-agrawala-token": {"T", "2T+E"},

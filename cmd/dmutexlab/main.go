@@ -532,6 +532,9 @@ func theoryOf(st *state) theory {
 		return theory{"3(K-1) to 4(K-1), K = path length, about log2 N",
 			map[string]string{"request": "K-1", "locked": "K-1", "release": "K-1", "inquire": "contention only",
 				"failed": "contention only", "relinquish": "contention only"}}
+	case dmutex.SinghalDynamic:
+		return theory{fmt.Sprintf("0 to 2(N-1) = %d: 2 per peer in the request set; N-1 = %d on average at light load", 2*(n-1), n-1),
+			map[string]string{"request": "|R_i|, 0 to N-1", "reply": "|R_i|, 0 to N-1"}}
 	case dmutex.Raymond:
 		return theory{"2d, d = tree distance to the holder", map[string]string{"request": "d", "privilege": "d"}}
 	case dmutex.NaimiTrehel:
