@@ -1,6 +1,10 @@
 package dmutex
 
-import "slices"
+import (
+	"fmt"
+	"slices"
+	"strings"
+)
 
 // NewAgrawalElAbbadi starts n peers running the tree quorum algorithm:
 // Maekawa's voting over quorums that are root-to-leaf paths of a binary
@@ -71,13 +75,20 @@ func NewAgrawalElAbbadi(n int, opts ...Option) (*Cluster, error) {
 type agrawalElAbbadi struct {
 	maekawa
 	n         int
+	path      []int // our quorum with nobody suspected, in increasing order; fixed
 	recovery  bool
 	suspected []bool // WithRecovery: suspected[j] while the detector suspects j
+
+	// parked, WithRecovery: requests of peers we suspect, set aside from
+	// the voter's queue until we trust their peer again; the request our
+	// vote was with when its peer became suspected is among them.
+	parked []mkEntry
 }
 
 func newAgrawalElAbbadi(id, n int, cfg *config) (machine, error) {
 	set := treePath(id, n)
 	return &agrawalElAbbadi{
+		path: slices.Clone(set),
 		maekawa: maekawa{
 			id:      id,
 			set:     set,
@@ -187,43 +198,194 @@ func holdsQuorum(v, n int, has func(int) bool) bool {
 }
 
 func (a *agrawalElAbbadi) step(ev event, out *output) {
-	switch ev.kind {
-	case evRequest, evTry:
-		if a.recovery {
-			a.setQuorum(a.quorum())
-		}
-	case evSuspect, evTrust:
-		if !a.recovery {
-			return
-		}
-		a.suspected[ev.msg.From] = ev.kind == evSuspect
-		a.onSuspicion(ev.kind == evSuspect, ev.msg.From, out)
-		for i := 0; i < len(a.local); i++ { // a refused try's own RELEASE
-			a.receive(a.local[i], out)
-		}
-		a.local = a.local[:0]
+	if !a.recovery {
+		a.maekawa.step(ev, out)
 		return
 	}
-	a.maekawa.step(ev, out)
+	switch ev.kind {
+	case evRequest, evTry:
+		a.setQuorum(a.quorum())
+		a.ask(ev.kind == evTry, out)
+	case evRelease:
+		a.release(out)
+	case evMessage:
+		a.receive(ev.msg, out)
+	case evSuspect, evTrust:
+		j := ev.msg.From
+		if j < 0 || j >= a.n || j == a.id {
+			return
+		}
+		a.suspected[j] = ev.kind == evSuspect
+		if a.suspected[j] {
+			a.park(j, out)
+		} else {
+			a.unpark(j, out)
+		}
+		a.onSuspicion(a.suspected[j], j, out)
+	case evReached:
+		if j := ev.msg.From; j >= 0 && j < a.n && j != a.id {
+			a.reached(j, out)
+		}
+	}
+	// Messages between our own roles; handling one may send more.
+	for i := 0; i < len(a.local); i++ {
+		a.receive(a.local[i], out)
+	}
+	a.local = a.local[:0]
 	a.enterOnQuorum(out)
 }
 
+// receive handles a message with recovery on: what a lost message, a
+// suspected sender or a quorum entered without every vote changes, and
+// Maekawa's rules for the rest.
+func (a *agrawalElAbbadi) receive(msg Message, out *output) {
+	j := msg.From
+	if j < 0 || j >= a.n {
+		return
+	}
+	switch msg.Kind {
+	case KindRequest, KindTry:
+		a.clock = max(a.clock, msg.TS, msg.Ref)
+		if a.answerAgain(j, msg.TS, out) {
+			return // asked again after a cut: answered again
+		}
+		switch {
+		case !a.suspected[j]:
+		case msg.Kind == KindTry:
+			// A try from a peer we suspect is refused: our vote, if
+			// given, would have nobody to come back from.
+			a.send(Message{Kind: KindBusy, From: a.id, To: j, TS: msg.TS}, out)
+			return
+		default:
+			a.parked = append(a.parked, mkEntry{ts: msg.TS, id: j})
+			return
+		}
+	case KindRelease:
+		// Our vote may never have reached a request that entered on a
+		// quorum without it: it must not wait in our queue for ever.
+		a.queue = slices.DeleteFunc(a.queue, func(e mkEntry) bool { return e.id == j && e.ts == msg.TS })
+		a.parked = slices.DeleteFunc(a.parked, func(e mkEntry) bool { return e.id == j && e.ts == msg.TS })
+	case KindLocked:
+		if msg.TS != a.ts {
+			// A vote for a request of ours that is over (its RELEASE
+			// was lost, or the vote was given after it): give it back.
+			a.clock = max(a.clock, msg.TS, msg.Ref)
+			a.send(Message{Kind: KindRelease, From: a.id, To: j, TS: msg.TS}, out)
+			return
+		}
+	}
+	a.maekawa.receive(msg, out)
+}
+
+// answerAgain answers a request of peer j stamped ts that we already
+// have, which j sent again after a cut (see reached): our vote if it is
+// with it, FAILED if we told it so; it reports whether we had it.
+func (a *agrawalElAbbadi) answerAgain(j int, ts uint64, out *output) bool {
+	if a.grantTo == j && a.grantTS == ts {
+		a.send(Message{Kind: KindLocked, From: a.id, To: j, TS: ts}, out)
+		if a.inquired {
+			a.send(Message{Kind: KindInquire, From: a.id, To: j, TS: ts}, out)
+		}
+		return true
+	}
+	for _, e := range a.queue {
+		if e.id == j && e.ts == ts {
+			if e.failed {
+				a.send(Message{Kind: KindFailed, From: a.id, To: j, TS: ts}, out)
+			}
+			return true
+		}
+	}
+	return slices.ContainsFunc(a.parked, func(e mkEntry) bool { return e.id == j && e.ts == ts })
+}
+
+// park sets aside, as a voter, the requests of peer j, which we now
+// suspect: our vote, if j has it, is taken back and given to the best
+// request of a peer we do not suspect, and j's waiting requests wait
+// apart until we trust j again. Only so can the others go on when j
+// crashed holding our vote; if j is alive, it may enter with the vote
+// we gave another (see NewAgrawalElAbbadi).
+func (a *agrawalElAbbadi) park(j int, out *output) {
+	for _, e := range a.queue {
+		if e.id == j {
+			a.parked = append(a.parked, e)
+		}
+	}
+	a.queue = slices.DeleteFunc(a.queue, func(e mkEntry) bool { return e.id == j })
+	if a.grantTo == j {
+		if !a.grantTry { // a try is never queued
+			// If j is alive, it counts our vote as its own: no FAILED.
+			a.parked = append(a.parked, mkEntry{ts: a.grantTS, id: j, failed: true})
+		}
+		a.grantBest(out)
+	}
+}
+
+// unpark puts peer j's requests back in our queue, now that we trust j
+// again.
+func (a *agrawalElAbbadi) unpark(j int, out *output) {
+	back := false
+	a.parked = slices.DeleteFunc(a.parked, func(e mkEntry) bool {
+		if e.id == j {
+			a.enqueue(e)
+			back = true
+			return true
+		}
+		return false
+	})
+	switch {
+	case !back:
+	case a.grantTo < 0:
+		a.grantBest(out)
+	default:
+		a.tell(out)
+	}
+}
+
+// reached asks peer j again for what we wait for from it, and answers it
+// again, now that it is back from a cut in which messages may have been
+// lost: our request or try, if j has not answered it; our vote, and our
+// INQUIRE, if j has it (j gives it back if its request is over); our
+// FAILED, if j waits behind another. Whatever j already had is answered
+// as before, and counts once.
+func (a *agrawalElAbbadi) reached(j int, out *output) {
+	if k, ok := slices.BinarySearch(a.set, j); ok && a.votes[k] == voteNone && (a.state == mkWanting || a.state == mkTrying) {
+		kind := KindRequest
+		if a.state == mkTrying {
+			kind = KindTry
+		}
+		a.send(Message{Kind: kind, From: a.id, To: j, TS: a.ts}, out)
+	}
+	if a.grantTo == j {
+		a.answerAgain(j, a.grantTS, out)
+	}
+	for _, e := range a.queue {
+		if e.id == j && e.failed {
+			a.send(Message{Kind: KindFailed, From: a.id, To: j, TS: e.ts}, out)
+		}
+	}
+}
+
 // quorum returns the quorum to ask now: a tree quorum around the peers we
-// suspect, or our path if the others hold none.
+// suspect, or our path if we suspect nobody or the others hold none.
 func (a *agrawalElAbbadi) quorum() []int {
+	if !slices.Contains(a.suspected, true) {
+		return a.path
+	}
 	q, ok := treeQuorum(nil, 0, a.id, a.n, a.suspected)
 	if !ok {
-		return treePath(a.id, a.n)
+		return a.path
 	}
 	slices.Sort(q)
 	return q
 }
 
-// setQuorum makes q, in increasing order, the set of the next request.
+// setQuorum makes q, in increasing order, the set of the next request,
+// in the arrays the last one used.
 func (a *agrawalElAbbadi) setQuorum(q []int) {
-	a.set = q
-	a.votes = make([]mkVote, len(q))
-	a.inquiry = make([]bool, len(q))
+	a.set = append(a.set[:0], q...)
+	a.votes = append(a.votes[:0], make([]mkVote, len(q))...)
+	a.inquiry = append(a.inquiry[:0], make([]bool, len(q))...)
 }
 
 // onSuspicion adapts a request or try in progress to a changed suspicion
@@ -258,7 +420,7 @@ func (a *agrawalElAbbadi) onSuspicion(suspected bool, j int, out *output) {
 // quorum though not of every peer it asked: only after its quorum grew
 // around a suspected peer.
 func (a *agrawalElAbbadi) enterOnQuorum(out *output) {
-	if a.state != mkWanting || !a.recovery {
+	if a.state != mkWanting {
 		return
 	}
 	has := func(v int) bool {
@@ -272,10 +434,21 @@ func (a *agrawalElAbbadi) enterOnQuorum(out *output) {
 	}
 }
 
+// idleViolation adds to Maekawa's the requests set aside for suspected
+// peers: at rest, none may be left.
+func (a *agrawalElAbbadi) idleViolation() string {
+	if len(a.parked) > 0 {
+		return fmt.Sprintf("still keeps %d requests of suspected peers", len(a.parked))
+	}
+	return a.maekawa.idleViolation()
+}
+
 func (a *agrawalElAbbadi) clone() machine {
 	c := *a
 	c.maekawa = *a.maekawa.clone().(*maekawa)
 	c.suspected = slices.Clone(a.suspected)
+	c.parked = slices.Clone(a.parked)
+	c.path = slices.Clone(a.path)
 	return &c
 }
 
@@ -283,6 +456,12 @@ func (a *agrawalElAbbadi) appendState(b []byte) []byte {
 	if a.recovery {
 		b = appendInts(b, a.set)
 		b = appendBools(b, a.suspected)
+		b = appendInt(b, len(a.parked))
+		for _, e := range a.parked {
+			b = appendUint(b, e.ts)
+			b = appendInt(b, e.id)
+			b = appendBool(b, e.failed)
+		}
 	}
 	return a.maekawa.appendState(b)
 }
@@ -297,6 +476,11 @@ func (a *agrawalElAbbadi) describe() []Field {
 			}
 		}
 		fs = append(fs, Field{"suspects", describePeers(down)})
+		var parked []string
+		for _, e := range a.parked {
+			parked = append(parked, fmt.Sprintf("(%d,P%d)", e.ts, e.id))
+		}
+		fs = append(fs, Field{"set aside", "[" + strings.Join(parked, " ") + "]"})
 	}
 	return fs
 }

@@ -137,7 +137,9 @@ var unseenFields = map[Algorithm][]unseenField{
 	AgrawalElAbbadi: {
 		{field: "inquiry", why: "inquiry[k] is encoded beside votes[k] (the embedded Maekawa machine's); its length is the quorum's", when: func(_ machine, path string) bool { return path == "inquiry" }},
 		{field: "local", why: "messages to itself within one step, empty between steps"},
+		{field: "path", why: "the quorum with nobody suspected, fixed by the peer's id and n"},
 		{field: "suspected", why: "read only with WithRecovery", when: func(m machine, _ string) bool { return !inner[agrawalElAbbadi](m).recovery }},
+		{field: "parked", why: "read only with WithRecovery", when: func(m machine, _ string) bool { return !inner[agrawalElAbbadi](m).recovery }},
 	},
 	RoucairolCarvalho: {
 		{field: "nperm", why: "the count of perm's true entries, which the encoding holds"},

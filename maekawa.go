@@ -187,17 +187,7 @@ func newMaekawa(id, n int, cfg *config) (machine, error) {
 func (m *maekawa) step(ev event, out *output) {
 	switch ev.kind {
 	case evRequest, evTry:
-		m.clock++
-		m.ts = m.clock
-		m.state = mkWanting
-		kind := KindRequest
-		if ev.kind == evTry {
-			m.state = mkTrying
-			kind = KindTry
-		}
-		for _, v := range m.set {
-			m.send(Message{Kind: kind, From: m.id, To: v, TS: m.ts}, out)
-		}
+		m.ask(ev.kind == evTry, out)
 	case evRelease:
 		m.release(out)
 	case evMessage:
@@ -208,6 +198,22 @@ func (m *maekawa) step(ev event, out *output) {
 		m.receive(m.local[i], out)
 	}
 	m.local = m.local[:0]
+}
+
+// ask stamps a new request, or a try, and sends it to every member of
+// our set.
+func (m *maekawa) ask(try bool, out *output) {
+	m.clock++
+	m.ts = m.clock
+	m.state = mkWanting
+	kind := KindRequest
+	if try {
+		m.state = mkTrying
+		kind = KindTry
+	}
+	for _, v := range m.set {
+		m.send(Message{Kind: kind, From: m.id, To: v, TS: m.ts}, out)
+	}
 }
 
 // release sends RELEASE for our request to every member of our set.

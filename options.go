@@ -133,7 +133,7 @@ func WithImplicitReplies() Option {
 // recoveryAlgorithms are the algorithms whose machines implement crash
 // recovery: WithRecovery applies to them alone. An algorithm that gains a
 // recovery adds itself here, and nowhere else.
-var recoveryAlgorithms = []Algorithm{RicartAgrawala, SuzukiKasami, Centralized}
+var recoveryAlgorithms = []Algorithm{RicartAgrawala, SuzukiKasami, Centralized, AgrawalElAbbadi}
 
 // WithRecovery turns on the algorithm's crash recovery: the machine acts
 // on its failure detector's suspicions. Ricart-Agrawala: crash exclusion,

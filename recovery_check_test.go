@@ -67,6 +67,9 @@ func recoveryRows() []recoveryRow {
 		}, false, true, true},
 		{SuzukiKasami, "Suzuki-Kasami", "suzuki-kasami-naive-regeneration", unsafe, true, true, true},
 		{Centralized, "centralized", "centralized-naive-failover", unsafe, true, true, true},
+		{AgrawalElAbbadi, "Agrawal-El Abbadi", "agrawal-el-abbadi-keep-votes", func(r CheckResult) bool {
+			return r.Safe != Refuted && r.DeadlockFree == Refuted && r.Violation != nil && r.Violation.Property == "deadlock"
+		}, true, true, true},
 	} {
 		base := func(n int, opts []Option, d Detector, store bool) CheckConfig {
 			return CheckConfig{Algorithm: a.alg, N: n, Requests: 1, Options: opts, Faults: crash, Detector: d, Fenced: store}
@@ -117,6 +120,8 @@ func recoveryRows() []recoveryRow {
 		recoveryRow{"centralized", "`WithRecovery()`, perfect detector", recovered(Centralized, 4, 1, NetworkFIFO), careful, false, false},
 		recoveryRow{"centralized", "`WithRecovery()`, perfect detector, 2 requests per peer", recovered(Centralized, 3, 2, NetworkFIFO), careful, false, false},
 		recoveryRow{"centralized", "`WithRecovery()`, perfect detector, unordered network", recovered(Centralized, 3, 1, NetworkUnordered), careful, false, false},
+		recoveryRow{"Agrawal-El Abbadi", "`WithRecovery()`, perfect detector, 2 requests per peer", recovered(AgrawalElAbbadi, 3, 2, NetworkFIFO), careful, false, true},
+		recoveryRow{"Agrawal-El Abbadi", "`WithRecovery()`, perfect detector", recovered(AgrawalElAbbadi, 4, 1, NetworkFIFO), careful, false, true},
 	)
 }
 

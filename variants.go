@@ -83,6 +83,16 @@ var variantList = []Variant{
 		wrap:      func(m machine) machine { return &mkYieldUnheld{&m.(*agrawalElAbbadi).maekawa} },
 	},
 	{
+		Name:      "agrawal-el-abbadi-keep-votes",
+		Algorithm: AgrawalElAbbadi,
+		Teaches:   "Tree quorums go on around a crashed peer only if its voters take their votes back: a voter that keeps its vote with a peer it suspects stays safe under false suspicions, but a peer that crashes holding a vote blocks every quorum through that voter, and the survivors wait for ever even with a perfect detector.",
+		N:         3, Requests: 1, Network: NetworkFIFO,
+		Faults:   CheckFaults{Crash: true, CrashPeer: AnyPeer},
+		Detector: Detector{Kind: DetectorPerfect},
+		Options:  []Option{WithRecovery()},
+		wrap:     func(m machine) machine { return &aeaKeepVotes{m.(*agrawalElAbbadi)} },
+	},
+	{
 		Name:      "suzuki-kasami-outdated-token",
 		Algorithm: SuzukiKasami,
 		Teaches:   "Suzuki-Kasami must not send the token for an outdated request (RN[j] <= LN[j]): a late copy of an already served request pulls the token to a peer that no longer wants it, and a request waits for ever or the order of service breaks.",
@@ -342,6 +352,30 @@ func (m *mkYieldUnheld) step(ev event, out *output) {
 }
 
 func (m *mkYieldUnheld) clone() machine { return &mkYieldUnheld{m.maekawa.clone().(*maekawa)} }
+
+// Tree quorums whose voters never take a vote back from a peer they
+// suspect: a requester still builds its quorum around the peers it
+// suspects, but a voter's vote stays with its grantee whatever the
+// detector says.
+type aeaKeepVotes struct{ *agrawalElAbbadi }
+
+func (a *aeaKeepVotes) step(ev event, out *output) {
+	if j := ev.msg.From; (ev.kind == evSuspect || ev.kind == evTrust) && j >= 0 && j < a.n && j != a.id {
+		a.suspected[j] = ev.kind == evSuspect
+		a.onSuspicion(a.suspected[j], j, out)
+		for i := 0; i < len(a.local); i++ {
+			a.receive(a.local[i], out)
+		}
+		a.local = a.local[:0]
+		a.enterOnQuorum(out)
+		return
+	}
+	a.agrawalElAbbadi.step(ev, out)
+}
+
+func (a *aeaKeepVotes) clone() machine {
+	return &aeaKeepVotes{a.agrawalElAbbadi.clone().(*agrawalElAbbadi)}
+}
 
 // Suzuki-Kasami sending the idle token for an outdated request.
 type skOutdated struct{ *suzukiKasami }
