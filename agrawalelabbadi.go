@@ -14,9 +14,10 @@ import (
 // the peer's path, ⌊log₂ n⌋+1 or one less (2 at n = 3, 3 at n = 7, 4 at
 // n = 15); more under contention, as Maekawa's. Channels: per-pair FIFO
 // (NeedsFIFO), as Maekawa's. Crashes: without WithRecovery a crashed peer
-// on a requester's path blocks it; with WithRecovery a requester builds
-// its quorum around the peers it suspects, and stays safe whoever is
-// suspected.
+// on a requester's path blocks it; with WithRecovery the survivors go on
+// entering around the peers they suspect, at more messages the higher
+// the failed peer sits (below), and a false suspicion can let two peers
+// in, as with the other recoveries: fence the resource.
 //
 // D. Agrawal and A. El Abbadi, "An efficient and fault-tolerant solution
 // for distributed mutual exclusion", ACM Transactions on Computer Systems
@@ -46,25 +47,56 @@ import (
 // Synchronization delay: two message delays (RELEASE to the voter, LOCKED
 // to the next), response time at light load 2T+E, as Maekawa's.
 //
-// With WithRecovery, a requester builds its quorum from the peers it does
-// not suspect: a suspected peer on its path is replaced by a quorum of
-// each of its subtrees, which costs more messages the higher the peer is
-// (a suspected root at n = 7 turns a path of 3 into two of 2). If a
+// With WithRecovery, and a failure detector (WithUnreachableAfter, or the
+// checker's), a requester asks the tree quorum around the peers it
+// suspects (TreeQuorum): a suspected peer on its path is replaced by a
+// quorum of each of its subtrees, so an entry costs more the higher the
+// failed peer sits. At n = 7 a failed leaf or inner peer costs nothing
+// more, and a failed root 9 messages per entry instead of 6; at n = 15 a
+// failed root costs 15 instead of 9, and the worst three failures 21
+// (docs/benchmarks.md, "Agrawal-El Abbadi as peers fail", has the table
+// by number and position of failed peers, measured by a test). If a
 // member of its quorum becomes suspected while it waits, it asks the
 // substitutes too, and enters as soon as the votes it holds contain a
-// tree quorum, whoever it suspects now; a try is refused instead. Since
-// entry needs a tree quorum's votes and a voter gives one vote at a time,
-// a false suspicion cannot let two peers in: it only costs messages. A
-// voter never takes back a vote from a peer it suspects, which would not
-// be safe under false suspicions: a peer that crashes holding votes (inside
-// or waiting) keeps them, and a quorum that needs one of those voters
-// waits, as in the paper, until the crashed peer recovers.
+// tree quorum; a try counts a suspected voter that has not answered as
+// busy. A voter takes its vote back from a peer it suspects and gives it
+// to the best request of a peer it does not suspect; the requests of
+// suspected peers wait aside until they are trusted again. That is what
+// lets the survivors go on after a crash: every tree quorum meets the
+// crashed peer's, so a vote it held must come back. It is also why a
+// false suspicion can let two peers in: the falsely suspected peer may be
+// inside with the vote its voter gave away. Quorum intersection protects
+// the requesters, not a vote taken back, and no rule can tell a crashed
+// holder from a slow one; the variant agrawal-el-abbadi-keep-votes, whose
+// voters never take a vote back, is safe under false suspicions but
+// deadlocks when a peer crashes holding a vote, with a perfect detector.
+// So a resource must check fences, as with the other recoveries (see
+// [WithRecovery]): each peer takes its fences from its own class, and the
+// first entry after a new suspicion a new epoch. Check, at n = 3, one
+// crash of any peer at any point: safe, deadlock free and starvation
+// free with a perfect detector (and with two requests per peer); with one
+// false suspicion two peers can be inside, and the fenced store accepts
+// no interleaved writes (docs/checking.md, "Crash recovery, checked"). A
+// peer that suspects more than (n-1)/2 others acts on none of its
+// suspicions and makes no new request (WithRecovery): at n = 3 one crash
+// is tolerated, at n = 7 up to three, at n = 15 up to seven, if the
+// survivors still hold a tree quorum (some sets of three failures at
+// n = 7 leave none: then the survivors wait). When a suspected peer is
+// trusted again, or reachable again after a cut too short to suspect it,
+// the peer asks it again for what it waits for (its request or try, if
+// unanswered), sends it its vote and INQUIRE again if it has them, and
+// its FAILED again; a vote that comes for a request that is over is given
+// back at once (RELEASE). A request that entered on a tree quorum without
+// every vote it asked for withdraws the rest with its RELEASE.
 //
 // Departures from the paper: the tree is fixed in heap order; the path of
 // each peer is fixed (the paper lets a requester pick any path, for
-// example at random, to spread the load); and a requester that suspects
-// a member while it waits keeps the requests it made and adds the
-// substitutes, where the paper's requester starts its quorum again.
+// example at random, to spread the load); a requester that suspects a
+// member while it waits keeps the requests it made and adds the
+// substitutes, where the paper's requester starts its quorum again; and
+// what a voter does with a vote held by a peer it suspects, which the
+// quorum construction does not settle, is this implementation's choice
+// (above).
 func NewAgrawalElAbbadi(n int, opts ...Option) (*Cluster, error) {
 	return New(AgrawalElAbbadi, n, opts...)
 }
@@ -306,12 +338,7 @@ func (a *agrawalElAbbadi) answerAgain(j int, ts uint64, out *output) bool {
 // crashed holding our vote; if j is alive, it may enter with the vote
 // we gave another (see NewAgrawalElAbbadi).
 func (a *agrawalElAbbadi) park(j int, out *output) {
-	for _, e := range a.queue {
-		if e.id == j {
-			a.parked = append(a.parked, e)
-		}
-	}
-	a.queue = slices.DeleteFunc(a.queue, func(e mkEntry) bool { return e.id == j })
+	a.setAside(j)
 	if a.grantTo == j {
 		if !a.grantTry { // a try is never queued
 			// If j is alive, it counts our vote as its own: no FAILED.
@@ -319,6 +346,16 @@ func (a *agrawalElAbbadi) park(j int, out *output) {
 		}
 		a.grantBest(out)
 	}
+}
+
+// setAside moves peer j's waiting requests from our queue to parked.
+func (a *agrawalElAbbadi) setAside(j int) {
+	for _, e := range a.queue {
+		if e.id == j {
+			a.parked = append(a.parked, e)
+		}
+	}
+	a.queue = slices.DeleteFunc(a.queue, func(e mkEntry) bool { return e.id == j })
 }
 
 // unpark puts peer j's requests back in our queue, now that we trust j

@@ -48,6 +48,7 @@ func recoveryDocAlgs() map[Algorithm]docAlg {
 		{name: "centralized + recovery", alg: Centralized},
 		{name: "Ricart-Agrawala + recovery", alg: RicartAgrawala},
 		{name: "Suzuki-Kasami + recovery", alg: SuzukiKasami},
+		{name: "Agrawal-El Abbadi + recovery", alg: AgrawalElAbbadi},
 	} {
 		a.opts, a.recovery = []Option{WithRecovery()}, true
 		m[a.alg] = a

@@ -139,7 +139,9 @@ var recoveryAlgorithms = []Algorithm{RicartAgrawala, SuzukiKasami, Centralized, 
 // on its failure detector's suspicions. Ricart-Agrawala: crash exclusion,
 // see [NewRicartAgrawala]. Suzuki-Kasami: token regeneration with epochs,
 // see [NewSuzukiKasami]. Centralized: coordinator failover, see
-// [NewCentralized]. Without it the suspicions are ignored, and
+// [NewCentralized]. Agrawal-El Abbadi: quorums built around the suspected
+// peers, whose votes their voters take back, see [NewAgrawalElAbbadi].
+// Without it the suspicions are ignored, and
 // nothing else changes: the same messages, the same counts.
 //
 // The failure detector is the runtime's for a cluster and for NewPeer,

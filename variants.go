@@ -355,13 +355,19 @@ func (m *mkYieldUnheld) clone() machine { return &mkYieldUnheld{m.maekawa.clone(
 
 // Tree quorums whose voters never take a vote back from a peer they
 // suspect: a requester still builds its quorum around the peers it
-// suspects, but a voter's vote stays with its grantee whatever the
-// detector says.
+// suspects, and a voter sets aside the waiting requests of a peer it
+// suspects, but its vote stays with its grantee whatever the detector
+// says.
 type aeaKeepVotes struct{ *agrawalElAbbadi }
 
 func (a *aeaKeepVotes) step(ev event, out *output) {
 	if j := ev.msg.From; (ev.kind == evSuspect || ev.kind == evTrust) && j >= 0 && j < a.n && j != a.id {
 		a.suspected[j] = ev.kind == evSuspect
+		if a.suspected[j] {
+			a.setAside(j) // but the vote stays where it is
+		} else {
+			a.unpark(j, out)
+		}
 		a.onSuspicion(a.suspected[j], j, out)
 		for i := 0; i < len(a.local); i++ {
 			a.receive(a.local[i], out)
