@@ -75,8 +75,8 @@
 // blocks when a peer or a message is lost; none then lets two peers in,
 // except Lamport's after a lost request, which a healed partition can
 // cause too (see Failures). With WithRecovery, Ricart-Agrawala,
-// Suzuki-Kasami and the centralized algorithm go on without a crashed
-// peer (see Lost peers). See each constructor.
+// Suzuki-Kasami, the centralized algorithm and Agrawal-El Abbadi go on
+// without a crashed peer (see Lost peers). See each constructor.
 //
 // # Architecture
 //
@@ -132,7 +132,8 @@
 //
 // With [WithRecovery] as well, the same signal is the failure detector of
 // the algorithm's crash recovery (Ricart-Agrawala's crash exclusion,
-// Suzuki-Kasami's token regeneration, centralized coordinator failover):
+// Suzuki-Kasami's token regeneration, centralized coordinator failover,
+// Agrawal-El Abbadi's quorums around the suspected peers):
 // a suspicion steps the machine, which goes on without the suspected
 // peer, instead of ending the wait. The detector is imperfect, so a
 // falsely suspected peer may be inside while another enters; fences
