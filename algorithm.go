@@ -25,6 +25,7 @@ const (
 	RicartAgrawalaToken
 	AgrawalElAbbadi
 	SinghalDynamic
+	SinghalHeuristic
 	numAlgorithms
 )
 
@@ -55,6 +56,7 @@ var algorithms = [numAlgorithms]algorithmSpec{
 	RicartAgrawalaToken: {name: "ricart-agrawala-token", build: newRicartToken},
 	AgrawalElAbbadi:     {name: "agrawal-el-abbadi", fifo: true, build: newAgrawalElAbbadi},
 	SinghalDynamic:      {name: "singhal-dynamic", build: newSinghalDynamic},
+	SinghalHeuristic:    {name: "singhal-heuristic", build: newSinghal},
 }
 
 // Algorithms returns every algorithm, in the order of the constants.

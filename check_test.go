@@ -49,6 +49,7 @@ var expectations = [numAlgorithms]checkExpectation{
 	RicartAgrawalaToken: {tokens: true, nets: []Network{NetworkFIFO, NetworkUnordered}},
 	AgrawalElAbbadi:     {nets: []Network{NetworkFIFO}},
 	SinghalDynamic:      {nets: []Network{NetworkFIFO, NetworkUnordered}},
+	SinghalHeuristic:    {tokens: true, nets: []Network{NetworkFIFO, NetworkUnordered}},
 }
 
 // checkCase is one configuration for the exhaustive check.
@@ -110,6 +111,12 @@ func checkCases() []checkCase {
 					// state: 65,825 states with the graph, 3 s.
 					cs = append(cs, checkCase{v: v, n: 4, requests: 1, net: net, big: true, live: true})
 				}
+				if a == SinghalHeuristic {
+					// The bound on overtaking at n = 4: 28,732 states
+					// with the graph over FIFO channels, 54,603 over
+					// reordering ones.
+					cs = append(cs, checkCase{v: v, n: 4, requests: 1, net: net, big: net == NetworkUnordered, live: true})
+				}
 				if a == TokenRing || a == Raymond || a == NaimiTrehel {
 					// Cheap enough with four peers: a longer ring, a
 					// tree with a node two hops from the root, and
@@ -132,6 +139,9 @@ func checkCases() []checkCase {
 					case SuzukiKasami:
 						cs = append(cs, checkCase{v: v, n: 4, requests: 1, net: net},
 							checkCase{v: v, n: 3, requests: 3, net: net, big: true})
+					case SinghalHeuristic:
+						// 169,695 states with the graph at n = 3, r = 3.
+						cs = append(cs, checkCase{v: v, n: 3, requests: 3, net: net, big: true, live: true})
 					case RicartAgrawalaToken:
 						// 56,547 states with the graph at n = 4: about
 						// ten seconds under -race on a loaded machine.

@@ -36,17 +36,20 @@
 //	Raymond                    token       2 × tree distance       any           ACM TOCS 1989
 //	NaimiTrehel                token       path + 1, O(log n) mean any           JPDC 1996
 //	RicartAgrawalaToken        token       0 if held, else n       any           CACM 1983
+//	SinghalHeuristic           token       below n alone, else n   any           IEEE TC 1989
 //
 // Each constructor's doc comment ([NewCentralized], [NewLamport],
 // [NewRicartAgrawala], [NewRoucairolCarvalho], [NewSinghalDynamic], [NewLodhaKshemkalyani],
 // [NewMaekawa], [NewAgrawalElAbbadi], [NewSuzukiKasami], [NewTokenRing], [NewRaymond],
-// [NewNaimiTrehel], [NewRicartAgrawalaToken], or [New] with an
-// [Algorithm]) states its paper, channel
+// [NewNaimiTrehel], [NewRicartAgrawalaToken], [NewSinghalHeuristic], or
+// [New] with an [Algorithm]) states its paper, channel
 // assumption, message cost, fairness and failure behaviour. [NewMaekawa]'s also
 // explains this project's repair of Maekawa's deadlock handling: the
 // paper's FAILED rule deadlocks with four peers on the grid sets (the
 // variant maekawa-textbook-failed), and the machine also sends FAILED to
-// a queued request that a better one displaces.
+// a queued request that a better one displaces. [NewSinghalHeuristic]'s
+// explains the repair of Singhal's release rule, which deadlocks with
+// three peers (the variant singhal-heuristic-textbook).
 //
 // # Choosing one
 //
@@ -70,7 +73,9 @@
 // Token algorithms cost nothing while the
 // token stays with one busy peer and pay to fetch it otherwise; Raymond's
 // static tree makes fetching O(log n), and Naimi-Trehel's tree, which
-// every request reshapes, O(log n) on average. Without [WithRecovery] none of them
+// every request reshapes, O(log n) on average; Singhal's heuristic asks
+// only the peers it believes may hold the token, fewer than n at light
+// load. Without [WithRecovery] none of them
 // tolerates a crash: they assume reliable peers and channels, and each
 // blocks when a peer or a message is lost; none then lets two peers in,
 // except Lamport's after a lost request, which a healed partition can

@@ -71,6 +71,7 @@ func docAlgs() []docAlg {
 		{"Lodha-Kshemkalyani", LodhaKshemkalyani, nil, []Kind{KindRequest, KindReply, KindRelease}, false},
 		{"Ricart-Agrawala token", RicartAgrawalaToken, nil, []Kind{KindRequest, KindToken}, false},
 		{"Singhal dynamic", SinghalDynamic, nil, []Kind{KindRequest, KindReply}, false},
+		{"Singhal heuristic", SinghalHeuristic, nil, []Kind{KindRequest, KindToken}, false},
 		{"Agrawal-El Abbadi", AgrawalElAbbadi, nil, []Kind{KindRequest, KindLocked, KindInquire, KindFailed, KindRelinquish, KindRelease}, false},
 	}
 }

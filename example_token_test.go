@@ -135,3 +135,28 @@ func ExampleNewRicartAgrawalaToken() {
 	// peer 2: entries=1 messages=0
 	// peer 1: entries=1 messages=4 (request=3 token=1)
 }
+
+// Singhal's heuristic sends a request only to the peers the requester
+// believes may hold the token: at the start, peer i asks the peers
+// before it (the staircase), and a peer that hears a request adds the
+// requester. Here peer 1 asks only peer 0, which held the token first,
+// and peer 3, whose request it heard.
+func ExampleNewSinghalHeuristic() {
+	c, err := dmutex.NewSinghalHeuristic(4)
+	if err != nil {
+		panic(err)
+	}
+	defer c.Close()
+
+	for _, id := range []int{0, 3, 3, 1} {
+		before := c.Stats()
+		c.Peer(id).Lock()
+		c.Peer(id).Unlock()
+		fmt.Printf("peer %d: %v\n", id, c.Stats().Sub(before))
+	}
+	// Output:
+	// peer 0: entries=1 messages=0
+	// peer 3: entries=1 messages=4 (request=3 token=1)
+	// peer 3: entries=1 messages=0
+	// peer 1: entries=1 messages=3 (request=2 token=1)
+}

@@ -22,7 +22,7 @@ const unreachableAfter = 20 * time.Millisecond
 // whose crash leaves that requester waiting for ever.
 func reachCase(v variant) (requester, crashed int) {
 	switch v.alg {
-	case Centralized, SuzukiKasami, TokenRing, Raymond, NaimiTrehel, RicartAgrawalaToken:
+	case Centralized, SuzukiKasami, TokenRing, Raymond, NaimiTrehel, RicartAgrawalaToken, SinghalHeuristic:
 		return 1, 0 // the coordinator, or the holder of the token
 	case Maekawa:
 		set := VotingSets(4)[1]

@@ -52,6 +52,9 @@ func TestTimedTextbook(t *testing.T) {
 		// Ricart and Agrawala's token likewise (the book's row is
 		// Suzuki-Kasami's; this is its ancestor, with the same messages).
 		{RicartAgrawalaToken, 1, 0.001, 2 + e, 0.3},
+		// Singhal's heuristic likewise: the request and the token, or
+		// nothing when the idle token is here.
+		{SinghalHeuristic, 1, 0.001, 2 + e, 0.3},
 		// The coordinator is one of the peers: its own entries and the
 		// grants after its own exits skip a message (2T (n-1)/n).
 		{Centralized, 2, 0.3, 2 + e, 0.3},

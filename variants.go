@@ -191,6 +191,13 @@ var variantList = []Variant{
 		N:         3, Requests: 1, Network: NetworkUnordered,
 		wrap: func(m machine) machine { return &ratOutdated{m.(*ricartToken)} },
 	},
+	{
+		Name:      "singhal-heuristic-textbook",
+		Algorithm: SinghalHeuristic,
+		Teaches:   "Singhal's heuristic release rule, as published, lets the leaving holder copy the token's N over its own R: two peers can then each believe the other neither requests nor holds the token, a request goes only to peers that will never hold it, and the token rests idle elsewhere for ever.",
+		N:         3, Requests: 2, Network: NetworkFIFO,
+		wrap: func(m machine) machine { return &shTextbook{m.(*singhal)} },
+	},
 }
 
 // Variants returns every variant, in a fixed order. The slice is the
@@ -546,3 +553,34 @@ func (s *sdNoRequestBack) step(ev event, out *output) {
 func (s *sdNoRequestBack) clone() machine {
 	return &sdNoRequestBack{s.singhalDynamic.clone().(*singhalDynamic)}
 }
+
+// Singhal's heuristic with the release rule as published: where the
+// token's request number is at least the leaving peer's, the peer copies
+// the token's state, N included. (The repaired machine's forgetting of the
+// token's sender when the token arrives changes nothing here: this merge
+// overwrites that entry before anything reads it.)
+type shTextbook struct{ *singhal }
+
+func (s *shTextbook) step(ev event, out *output) {
+	if ev.kind != evRelease {
+		s.singhal.step(ev, out)
+		return
+	}
+	s.sv[s.id] = shNone
+	s.setTSV(s.id, false)
+	for j := range s.sv {
+		if s.sn[j] > s.token.LN[j] {
+			s.setTSV(j, s.sv[j] == shRequesting)
+			s.token.LN[j] = s.sn[j]
+			continue
+		}
+		s.sv[j] = shNone
+		if s.tsv(j) {
+			s.sv[j] = shRequesting
+		}
+		s.sn[j] = s.token.LN[j]
+	}
+	s.pass(out)
+}
+
+func (s *shTextbook) clone() machine { return &shTextbook{s.singhal.clone().(*singhal)} }

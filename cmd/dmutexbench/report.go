@@ -59,6 +59,7 @@ var theories = map[string]theory{
 	"naimi-trehel":          {"h+1, h = path, O(log N) mean", nil, ""},
 	"lodha-kshemkalyani":    {"2(N-1)", func(n float64) float64 { return 2 * (n - 1) }, "; all ask: (N+1)(N-1)/N"},
 	"ricart-agrawala-token": {"N, 0 at the holder", func(n float64) float64 { return min(n, 2*(n-1)) }, ""},
+	"singhal-heuristic":     {"below N alone, N at heavy load", nil, ""},
 }
 
 var weaknesses = map[string]string{
@@ -76,6 +77,7 @@ var weaknesses = map[string]string{
 	"naimi-trehel":          "a lost token, or a dead peer on a path, stops all",
 	"lodha-kshemkalyani":    "needs FIFO; any dead peer blocks all",
 	"ricart-agrawala-token": "a lost token stops all",
+	"singhal-heuristic":     "a lost token stops all",
 }
 
 // measure runs every variant at every size under every load and returns

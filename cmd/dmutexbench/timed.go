@@ -40,6 +40,7 @@ var textbook = map[string][2]string{
 	"naimi-trehel":          {"T", "T(log(N)+1)+E"},
 	"lodha-kshemkalyani":    {"T", "2T+E"},
 	"ricart-agrawala-token": {"T", "2T+E"},
+	"singhal-heuristic":     {"T", "2T+E"},
 }
 
 // A timedRow is the timed measurement of one variant at one size, every

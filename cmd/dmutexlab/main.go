@@ -524,6 +524,9 @@ func theoryOf(st *state) theory {
 		return theory{fmt.Sprintf("2(N-1) = %d", 2*(n-1)), map[string]string{"request": n1, "reply": n1}}
 	case dmutex.SuzukiKasami, dmutex.RicartAgrawalaToken:
 		return theory{fmt.Sprintf("N = %d (0 at the holder)", n), map[string]string{"request": n1, "token": "1"}}
+	case dmutex.SinghalHeuristic:
+		return theory{fmt.Sprintf("below N = %d alone, N when all ask (0 at the holder)", n),
+			map[string]string{"request": "the peers in state R, at most N-1", "token": "1"}}
 	case dmutex.Maekawa:
 		return theory{"3(K-1) to 5(K-1), K = voting set size",
 			map[string]string{"request": "K-1", "locked": "K-1", "release": "K-1", "inquire": "contention only",
