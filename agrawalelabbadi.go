@@ -425,14 +425,18 @@ func (a *agrawalElAbbadi) setQuorum(q []int) {
 	a.inquiry = append(a.inquiry[:0], make([]bool, len(q))...)
 }
 
-// onSuspicion adapts a request or try in progress to a changed suspicion
-// of peer j: a try whose voter j has not answered counts it as busy; a
+// onSuspicion adapts a request or try in progress to a new suspicion of
+// peer j: a try whose voter j has not answered counts it as busy; a
 // request asks every member of the quorum around the peers suspected now
-// that it has not asked yet.
+// that it has not asked yet. A trust changes neither: the votes a request
+// holds still count, and evReached asks j again if need be.
 func (a *agrawalElAbbadi) onSuspicion(suspected bool, j int, out *output) {
+	if !suspected {
+		return
+	}
 	switch a.state {
 	case mkTrying:
-		if k, ok := slices.BinarySearch(a.set, j); ok && suspected && a.votes[k] == voteNone {
+		if k, ok := slices.BinarySearch(a.set, j); ok && a.votes[k] == voteNone {
 			a.onTryAnswer(k, KindBusy, out)
 		}
 	case mkWanting:

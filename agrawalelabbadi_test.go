@@ -139,3 +139,174 @@ func TestAgrawalElAbbadiTimed(t *testing.T) {
 	t.Logf("n=%d: light %.2f msgs/entry, response %.2fT; heavy %.2f msgs/entry, sync delay %.2fT",
 		n, light.Messages, light.Response, heavy.Messages, heavy.SyncDelay)
 }
+
+// aeaRecovering returns peer id of n's machine with WithRecovery.
+func aeaRecovering(t *testing.T, id, n int) *agrawalElAbbadi {
+	t.Helper()
+	m, err := newAgrawalElAbbadi(id, n, &config{recovery: true})
+	require.NoError(t, err)
+	return m.(*agrawalElAbbadi)
+}
+
+// aeaStep steps a with ev and returns what it sent, and whether it
+// entered or refused.
+func aeaStep(a *agrawalElAbbadi, ev event) ([]Message, bool, bool) {
+	var out output
+	a.step(ev, &out)
+	return out.msgs, out.entered, out.refused
+}
+
+func aeaMsg(kind Kind, from, to int, ts uint64) event {
+	return event{kind: evMessage, msg: Message{Kind: kind, From: from, To: to, TS: ts}}
+}
+
+func aeaPeer(kind eventKind, j, to int) event {
+	return event{kind: kind, msg: Message{From: j, To: to}}
+}
+
+// sent reduces msgs to kind, to and TS.
+func sent(msgs []Message) []Message {
+	var out []Message
+	for _, m := range msgs {
+		out = append(out, Message{Kind: m.Kind, From: m.From, To: m.To, TS: m.TS})
+	}
+	return out
+}
+
+// TestAgrawalElAbbadiRecoveryVoter steps peer 0, the root of three, as a
+// voter with WithRecovery: a request asked again is answered again (its
+// vote and INQUIRE, or its FAILED), a RELEASE takes its request out of
+// the queue wherever it waits, a suspected grantee's vote goes to the
+// next request and its own waits aside until it is trusted again, and a
+// suspected peer's request waits aside and its try is refused.
+func TestAgrawalElAbbadiRecoveryVoter(t *testing.T) {
+	t.Run("asked again", func(t *testing.T) {
+		a := aeaRecovering(t, 0, 3)
+		msgs, _, _ := aeaStep(a, aeaMsg(KindRequest, 2, 0, 2))
+		require.Equal(t, []Message{{Kind: KindLocked, From: 0, To: 2, TS: 2}}, sent(msgs))
+		msgs, _, _ = aeaStep(a, aeaMsg(KindRequest, 1, 0, 1)) // better than the grant: INQUIRE
+		require.Equal(t, []Message{{Kind: KindInquire, From: 0, To: 2, TS: 2}}, sent(msgs))
+		msgs, _, _ = aeaStep(a, aeaMsg(KindRequest, 2, 0, 2))
+		assert.Equal(t, []Message{{Kind: KindLocked, From: 0, To: 2, TS: 2}, {Kind: KindInquire, From: 0, To: 2, TS: 2}}, sent(msgs))
+		msgs, _, _ = aeaStep(a, aeaMsg(KindRequest, 1, 0, 1)) // waiting, not failed: nothing to say again
+		assert.Empty(t, msgs)
+		assert.Len(t, a.queue, 1, "asked again, queued once")
+
+		b := aeaRecovering(t, 0, 3)
+		aeaStep(b, aeaMsg(KindRequest, 1, 0, 1))
+		msgs, _, _ = aeaStep(b, aeaMsg(KindRequest, 2, 0, 2))
+		require.Equal(t, []Message{{Kind: KindFailed, From: 0, To: 2, TS: 2}}, sent(msgs))
+		msgs, _, _ = aeaStep(b, aeaMsg(KindRequest, 2, 0, 2))
+		assert.Equal(t, []Message{{Kind: KindFailed, From: 0, To: 2, TS: 2}}, sent(msgs))
+		msgs, _, _ = aeaStep(b, aeaPeer(evReached, 2, 0))
+		assert.Equal(t, []Message{{Kind: KindFailed, From: 0, To: 2, TS: 2}}, sent(msgs), "back from a cut: FAILED again")
+		msgs, _, _ = aeaStep(b, aeaPeer(evReached, 1, 0))
+		assert.Equal(t, []Message{{Kind: KindLocked, From: 0, To: 1, TS: 1}}, sent(msgs), "back from a cut: the vote again")
+		assert.Len(t, b.queue, 1)
+	})
+	t.Run("release from the queue", func(t *testing.T) {
+		a := aeaRecovering(t, 0, 3)
+		aeaStep(a, aeaMsg(KindRequest, 1, 0, 1))
+		aeaStep(a, aeaMsg(KindRequest, 2, 0, 2))
+		msgs, _, _ := aeaStep(a, aeaMsg(KindRelease, 2, 0, 2)) // entered on another quorum
+		assert.Empty(t, msgs)
+		assert.Empty(t, a.queue)
+		msgs, _, _ = aeaStep(a, aeaMsg(KindRelease, 1, 0, 1))
+		assert.Empty(t, msgs, "nobody left to vote for")
+		assert.Equal(t, -1, a.grantTo)
+	})
+	t.Run("suspected grantee", func(t *testing.T) {
+		a := aeaRecovering(t, 0, 3)
+		aeaStep(a, aeaMsg(KindRequest, 1, 0, 1))
+		aeaStep(a, aeaMsg(KindRequest, 2, 0, 2))
+		msgs, _, _ := aeaStep(a, aeaPeer(evSuspect, 1, 0))
+		require.Equal(t, []Message{{Kind: KindLocked, From: 0, To: 2, TS: 2}}, sent(msgs), "the vote goes to the next request")
+		assert.Equal(t, []mkEntry{{ts: 1, id: 1, failed: true}}, a.parked)
+		assert.Equal(t, "[(1,P1)]", a.describe()[len(a.describe())-1].Value)
+		assert.Equal(t, "still keeps 1 requests of suspected peers", a.idleViolation())
+		msgs, _, _ = aeaStep(a, aeaPeer(evTrust, 1, 0))
+		assert.Equal(t, []Message{{Kind: KindInquire, From: 0, To: 2, TS: 2}}, sent(msgs), "trusted again, its better request asks the vote back")
+		assert.Empty(t, a.parked)
+		aeaStep(a, aeaMsg(KindRelease, 1, 0, 1)) // it was inside after all
+		assert.Empty(t, a.queue)
+		aeaStep(a, aeaMsg(KindRelease, 2, 0, 2))
+		assert.Empty(t, a.idleViolation())
+	})
+	t.Run("suspected peer asks", func(t *testing.T) {
+		a := aeaRecovering(t, 0, 3)
+		aeaStep(a, aeaPeer(evSuspect, 2, 0))
+		msgs, _, _ := aeaStep(a, aeaMsg(KindRequest, 2, 0, 3))
+		assert.Empty(t, msgs, "set aside")
+		assert.Equal(t, []mkEntry{{ts: 3, id: 2}}, a.parked)
+		msgs, _, _ = aeaStep(a, aeaMsg(KindTry, 2, 0, 4))
+		assert.Equal(t, []Message{{Kind: KindBusy, From: 0, To: 2, TS: 4}}, sent(msgs))
+		assert.Equal(t, uint64(4), a.clock, "the try's stamp is seen")
+		msgs, _, _ = aeaStep(a, aeaMsg(KindRequest, 2, 0, 3))
+		assert.Empty(t, msgs, "asked again while aside")
+		assert.Len(t, a.parked, 1)
+		msgs, _, _ = aeaStep(a, aeaPeer(evTrust, 2, 0))
+		assert.Equal(t, []Message{{Kind: KindLocked, From: 0, To: 2, TS: 3}}, sent(msgs))
+		msgs, _, _ = aeaStep(a, aeaPeer(evTrust, 1, 0))
+		assert.Empty(t, msgs, "nothing aside")
+	})
+	t.Run("suspected try", func(t *testing.T) {
+		a := aeaRecovering(t, 0, 3)
+		aeaStep(a, aeaMsg(KindTry, 1, 0, 1))
+		aeaStep(a, aeaMsg(KindRequest, 2, 0, 2))
+		msgs, _, _ := aeaStep(a, aeaPeer(evSuspect, 1, 0))
+		assert.Equal(t, []Message{{Kind: KindLocked, From: 0, To: 2, TS: 2}}, sent(msgs))
+		assert.Empty(t, a.parked, "a try is never queued")
+	})
+}
+
+// TestAgrawalElAbbadiRecoveryRequester steps requesters with WithRecovery:
+// a suspected voter on the path is replaced and the request enters on
+// the substitutes' votes; a stale vote is given back; a peer back from a
+// cut is asked again; a try counts a suspected voter as busy.
+func TestAgrawalElAbbadiRecoveryRequester(t *testing.T) {
+	t.Run("around the root", func(t *testing.T) {
+		a := aeaRecovering(t, 2, 3) // path {0, 2}
+		msgs, _, _ := aeaStep(a, event{kind: evRequest})
+		require.Equal(t, []Message{{Kind: KindRequest, From: 2, To: 0, TS: 1}}, sent(msgs))
+		msgs, _, _ = aeaStep(a, aeaPeer(evSuspect, 0, 2))
+		require.Equal(t, []Message{{Kind: KindRequest, From: 2, To: 1, TS: 1}}, sent(msgs), "the root's other subtree")
+		assert.Equal(t, []int{0, 1, 2}, a.set)
+		msgs, entered, _ := aeaStep(a, aeaMsg(KindLocked, 1, 2, 1))
+		assert.Empty(t, msgs)
+		assert.True(t, entered, "{1, 2} is a tree quorum")
+		msgs, _, _ = aeaStep(a, event{kind: evRelease})
+		assert.Equal(t, []Message{{Kind: KindRelease, From: 2, To: 0, TS: 1}, {Kind: KindRelease, From: 2, To: 1, TS: 1}}, sent(msgs))
+		msgs, _, _ = aeaStep(a, event{kind: evRequest})
+		assert.Equal(t, []Message{{Kind: KindRequest, From: 2, To: 1, TS: 2}}, sent(msgs), "the next request asks around the root at once")
+		msgs, _, _ = aeaStep(a, aeaMsg(KindLocked, 0, 2, 1))
+		assert.Equal(t, []Message{{Kind: KindRelease, From: 2, To: 0, TS: 1}}, sent(msgs), "a vote for a request that is over goes back")
+		msgs, _, _ = aeaStep(a, aeaPeer(evTrust, 0, 2))
+		assert.Empty(t, msgs)
+		msgs, _, _ = aeaStep(a, aeaPeer(evReached, 0, 2))
+		assert.Empty(t, msgs, "the root is not in this request's quorum")
+		msgs, _, _ = aeaStep(a, aeaPeer(evReached, 1, 2))
+		assert.Equal(t, []Message{{Kind: KindRequest, From: 2, To: 1, TS: 2}}, sent(msgs), "asked again")
+		_, entered, _ = aeaStep(a, aeaMsg(KindLocked, 1, 2, 2))
+		assert.True(t, entered)
+		msgs, _, _ = aeaStep(a, aeaPeer(evReached, 1, 2))
+		assert.Empty(t, msgs, "inside: nothing to ask")
+	})
+	t.Run("no quorum", func(t *testing.T) {
+		a := aeaRecovering(t, 1, 3)
+		aeaStep(a, aeaPeer(evSuspect, 0, 1))
+		aeaStep(a, aeaPeer(evSuspect, 2, 1))
+		msgs, _, _ := aeaStep(a, event{kind: evRequest})
+		assert.Equal(t, []Message{{Kind: KindRequest, From: 1, To: 0, TS: 1}}, sent(msgs), "the path, and wait")
+		assert.Equal(t, []int{0, 1}, a.set)
+	})
+	t.Run("try", func(t *testing.T) {
+		a := aeaRecovering(t, 1, 3) // path {0, 1}
+		msgs, _, _ := aeaStep(a, event{kind: evTry})
+		require.Equal(t, []Message{{Kind: KindTry, From: 1, To: 0, TS: 1}}, sent(msgs))
+		msgs, _, _ = aeaStep(a, aeaPeer(evReached, 0, 1))
+		assert.Equal(t, []Message{{Kind: KindTry, From: 1, To: 0, TS: 1}}, sent(msgs), "asked again")
+		msgs, _, refused := aeaStep(a, aeaPeer(evSuspect, 0, 1))
+		assert.True(t, refused, "a suspected voter that has not answered is busy")
+		assert.Equal(t, []Message{{Kind: KindRelease, From: 1, To: 0, TS: 1}}, sent(msgs))
+	})
+}
