@@ -38,14 +38,14 @@ func TestTreeQuorum(t *testing.T) {
 		{"n=7 root and a leaf down", 3, 7, []int{0, 3}, []int{1, 2, 4, 5}, true, ""},
 		{"n=7 a leaf under a failed root's child", 3, 7, []int{0, 1, 3}, nil, false, ""},
 		{"not a peer", 7, 7, nil, nil, false, ""},
+		{"a negative peer", -1, 3, nil, nil, false, ""},
+		{"down names no peer", 0, 3, []int{-1, 3, 8}, []int{0, 1}, true, "ignored"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			got, ok := TreeQuorum(tt.i, tt.n, tt.down)
 			assert.Equal(t, tt.wantOK, ok)
-			if tt.wantOK {
-				assert.Equal(t, tt.want, got)
-			}
+			assert.Equal(t, tt.want, got)
 		})
 	}
 }
