@@ -310,3 +310,21 @@ func TestAgrawalElAbbadiRecoveryRequester(t *testing.T) {
 		assert.Equal(t, []Message{{Kind: KindRelease, From: 1, To: 0, TS: 1}}, sent(msgs))
 	})
 }
+
+// TestAgrawalElAbbadiRecoveryIgnoresNoPeer: a suspicion, trust or reach
+// of the peer itself, or of no peer, changes nothing and sends nothing
+// (the driver never reports one; the machine does not trust it to).
+func TestAgrawalElAbbadiRecoveryIgnoresNoPeer(t *testing.T) {
+	for _, kind := range []eventKind{evSuspect, evTrust, evReached} {
+		for _, j := range []int{-1, 0, 3} {
+			a := aeaRecovering(t, 0, 3)
+			aeaStep(a, event{kind: evRequest})
+			aeaStep(a, aeaMsg(KindRequest, 2, 0, 1))
+			before := a.appendState(nil)
+			msgs, entered, refused := aeaStep(a, aeaPeer(kind, j, 0))
+			assert.Empty(t, msgs, "kind %d, peer %d", kind, j)
+			assert.False(t, entered || refused)
+			assert.Equal(t, before, a.appendState(nil), "kind %d, peer %d", kind, j)
+		}
+	}
+}
