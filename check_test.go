@@ -178,23 +178,16 @@ func TestModelCheck(t *testing.T) {
 			if testing.Short() && cc.v.alg == Lamport {
 				t.Skip("75k states and their graph, seconds under -race; skipped with -short")
 			}
-			exp := expectations[cc.v.alg]
-			limit := *maxStates
-			if cc.big && !cc.live && limit == 0 {
-				// 16 bytes a state without the graph, in a table of 2^28
-				// slots (4.3 GB) up to 201M states: stop just before it
-				// doubles. Lamport with two requests per peer has more
-				// than 200M states (docs/benchmarks.md, the checker's
-				// record).
-				limit = 200_000_000
+			// Each small search runs on its own goroutine and holds at
+			// most tens of megabytes: two at once use both cores. The
+			// big ones, gigabytes each, run one at a time.
+			if !cc.big {
+				t.Parallel()
 			}
-			// Under the race detector, Lamport's 0.7M states are checked
-			// for safety and deadlock only, without the graph.
-			safetyOnly := (cc.big && !cc.live) || (raceEnabled && cc.v.alg == Lamport)
-			res := mustCheck(t, CheckConfig{
-				Algorithm: cc.v.alg, Options: cc.v.opts, N: cc.n, Requests: cc.requests,
-				Network: cc.net, MaxStates: limit, MaxMemory: -1, SafetyOnly: safetyOnly,
-			})
+			exp := expectations[cc.v.alg]
+			cfg := modelCheckConfig(cc)
+			safetyOnly := cfg.SafetyOnly
+			res := sharedCheck(t, cfg) // TestPartialOrderKeepsVerdicts compares its reduced search with this one
 			if res.Violation != nil {
 				require.Nil(t, res.Violation, "%s: %s\n%s", res.Violation.Property, res.Violation.Message, strings.Join(res.Violation.Trace, "\n"))
 			}
@@ -224,6 +217,26 @@ func TestModelCheck(t *testing.T) {
 			t.Logf("%s: %d states, %d transitions, max overtakes %d, %.2fs (%.0f states/s)", cc.name(), res.States, res.Transitions,
 				res.MaxOvertakes, res.Seconds, float64(res.States)/res.Seconds)
 		})
+	}
+}
+
+// modelCheckConfig is what TestModelCheck explores for cc: with the graph,
+// except for the big cases without it and, under the race detector,
+// Lamport's (0.7M states at n = 3), checked for safety and deadlock only.
+func modelCheckConfig(cc checkCase) CheckConfig {
+	limit := *maxStates
+	if cc.big && !cc.live && limit == 0 {
+		// 16 bytes a state without the graph, in a table of 2^28
+		// slots (4.3 GB) up to 201M states: stop just before it
+		// doubles. Lamport with two requests per peer has more
+		// than 200M states (docs/benchmarks.md, the checker's
+		// record).
+		limit = 200_000_000
+	}
+	return CheckConfig{
+		Algorithm: cc.v.alg, Options: cc.v.opts, N: cc.n, Requests: cc.requests,
+		Network: cc.net, MaxStates: limit, MaxMemory: -1,
+		SafetyOnly: (cc.big && !cc.live) || (raceEnabled && cc.v.alg == Lamport),
 	}
 }
 
@@ -394,11 +407,24 @@ func TestSimulationFindsForgedToken(t *testing.T) {
 }
 
 // TestCheckVariants runs every variant through Check with its defaults
-// alone, and requires a violation with a trace that replays.
+// alone, and requires a violation with a trace that replays. The search
+// is shared with TestSafetyOnlyCounterexamples (sharedCheck).
+//
+// Under -race without -dmutex.big, a variant of more than three peers
+// (maekawa-textbook-failed: 283k states with the graph, 0.9 GB and 25 s
+// of CPU under -race) is searched depth first without the graph, which
+// finds its deadlock after fewer states and little memory; the shortest
+// trace the graph gives is the one docs/checking.md shows, which
+// TestDocTables replays step by step in every run.
 func TestCheckVariants(t *testing.T) {
 	for _, v := range Variants() {
 		t.Run(v.Name, func(t *testing.T) {
-			res := mustCheck(t, CheckConfig{Variant: v.Name, StopAtDeadlock: true})
+			t.Parallel() // one search each: two at once on two cores
+			cfg := CheckConfig{Variant: v.Name, StopAtDeadlock: true}
+			if raceEnabled && v.N > 3 && !*bigChecks {
+				cfg.SafetyOnly = true
+			}
+			res := sharedCheck(t, cfg)
 			require.NotNil(t, res.Violation, "no counterexample in %d states", res.States)
 			assert.Equal(t, v.Algorithm.String(), res.Algorithm)
 			assert.NotEmpty(t, res.Violation.Trace)

@@ -161,13 +161,18 @@ func mkRun(t testing.TB, n, requests int, seed int64) (*Simulation, int) {
 // with every peer contending: the simulator's checks after each step, no
 // deadlock, every vote home at the end, and no request overtaken without
 // bound once it reached its voters. A failing seed replays exactly.
+//
+// Under -race, 10 seeds per size instead of 40, as with -short: the
+// simulator runs on the test's goroutine, so the race detector only slows
+// it; a run without -race, or with -dmutex.long, takes all 40.
 func TestMaekawaRandomRuns(t *testing.T) {
 	seeds, requests := 40, 8
-	if testing.Short() {
+	if testing.Short() || (raceEnabled && !*longRuns) {
 		seeds = 10
 	}
 	for _, n := range []int{2, 3, 4, 7, 9, 13, 16, 31} {
 		t.Run(fmt.Sprintf("n=%d", n), func(t *testing.T) {
+			t.Parallel() // simulations on the test's goroutine: two sizes at once on two cores
 			for seed := range int64(seeds) {
 				s, worst := mkRun(t, n, requests, seed)
 				// Once a request has reached all its voters, every other
@@ -188,13 +193,18 @@ func TestMaekawaRandomRuns(t *testing.T) {
 // that hold whatever the contention: per entry of peer p, K_p-1 REQUESTs
 // and RELEASEs; every LOCKED beyond the K_p-1 an entry keeps was given back
 // by a RELINQUISH, which answers an INQUIRE.
+//
+// Under -race, 4 seeds per size instead of 20, as with -short: the
+// simulator has no goroutines for the race detector to watch; a run
+// without -race, or with -dmutex.long, takes all 20.
 func TestMaekawaContentionCost(t *testing.T) {
 	seeds, requests := 20, 20
-	if testing.Short() {
+	if testing.Short() || (raceEnabled && !*longRuns) {
 		seeds = 4
 	}
 	for _, n := range []int{4, 7, 13, 16, 31} {
 		t.Run(fmt.Sprintf("n=%d", n), func(t *testing.T) {
+			t.Parallel() // simulations on the test's goroutine: two sizes at once on two cores
 			sets := VotingSets(n)
 			sent := map[string]uint64{}
 			var entries, votes uint64 // votes: sum over entries of K_p-1

@@ -382,6 +382,10 @@ func ntCosts(t testing.TB, n int) (trees int, mean float64, most int) {
 // as NewNaimiTrehel states. Every rooted tree, n^(n-1) of them, is
 // reachable. n = 7 (117,649 trees, half a minute) runs with -dmutex.big.
 func TestNaimiTrehelMeanCost(t *testing.T) {
+	// Searches on the test's goroutine, no timing or memory measured:
+	// it runs beside the other parallel tests once the sequential ones
+	// are done.
+	t.Parallel()
 	for n := 2; n <= 7; n++ {
 		t.Run("n="+strconv.Itoa(n), func(t *testing.T) {
 			if n == 7 && !*bigChecks {

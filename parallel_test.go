@@ -51,6 +51,7 @@ func TestParallelAgrees(t *testing.T) {
 			name = fmt.Sprintf("%v/n=%d/r=%d/%v/%v", cfg.Algorithm, cfg.N, cfg.Requests, cfg.Network, cfg.Faults)
 		}
 		t.Run(name, func(t *testing.T) {
+			t.Parallel() // small searches: two configurations at once keep both cores busy between batches
 			cfg.MaxMemory = -1
 			one := mustCheck(t, cfg)
 			for _, safetyOnly := range []bool{false, true} {

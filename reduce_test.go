@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -23,10 +24,15 @@ func reducibleCases() []checkCase {
 }
 
 // TestPartialOrderKeepsVerdicts checks every small FIFO configuration of
-// every algorithm twice, depth first: in full, and reduced by
-// PartialOrder (with StampGaps). Both must complete with the same
-// verdicts, the reduced search over no more states than the full one,
-// and over fewer in all.
+// every algorithm twice: in full, and reduced by PartialOrder (with
+// StampGaps), depth first. Both must complete with the same verdicts, the
+// reduced search over no more states than the full one, and over fewer in
+// all.
+//
+// The full search is TestModelCheck's (sharedCheck): with the graph,
+// breadth first, which visits the same states and transitions as the
+// depth-first search without it (TestSafetyOnlyAgrees), so the package
+// explores each case in full once.
 //
 // The rows of docs/benchmarks.md's table of reductions are compared with
 // what it counts (the row of requests 2,1,1 with -dmutex.big only).
@@ -34,10 +40,13 @@ func TestPartialOrderKeepsVerdicts(t *testing.T) {
 	var full, reduced int
 	cases := reducibleCases()
 	counts := map[string][2]int{}
+	var mu sync.Mutex // guards full, reduced and counts: the cases run in parallel
+	t.Cleanup(func() { checkReductionRows(t, len(cases), full, reduced, counts) })
 	for _, cc := range cases {
 		t.Run(cc.name(), func(t *testing.T) {
+			t.Parallel()
+			a := sharedCheck(t, modelCheckConfig(cc))
 			cfg := CheckConfig{Algorithm: cc.v.alg, N: cc.n, Requests: cc.requests, Options: cc.v.opts, SafetyOnly: true, MaxStates: -1, MaxMemory: -1}
-			a := mustCheck(t, cfg)
 			cfg.PartialOrder, cfg.StampGaps = true, true
 			b := mustCheck(t, cfg)
 			require.True(t, a.Complete && b.Complete)
@@ -47,16 +56,27 @@ func TestPartialOrderKeepsVerdicts(t *testing.T) {
 			assert.True(t, a.Safe == Holds && a.DeadlockFree == Holds, "%+v", a.Violation)
 			assert.LessOrEqual(t, b.States, a.States)
 			t.Logf("%d states in full, %d reduced (%.2fx)", a.States, b.States, float64(a.States)/float64(b.States))
+			mu.Lock()
 			full += a.States
 			reduced += b.States
 			counts[cc.name()] = [2]int{a.States, b.States}
+			mu.Unlock()
 		})
+	}
+}
+
+// checkReductionRows compares the sums and rows of
+// TestPartialOrderKeepsVerdicts with docs/benchmarks.md's table of
+// reductions, once every case has run.
+func checkReductionRows(t *testing.T, cases, full, reduced int, counts map[string][2]int) {
+	if t.Failed() {
+		return // a case failed or stopped: the sums are short
 	}
 	t.Logf("all: %d states in full, %d reduced", full, reduced)
 	assert.Less(t, reduced*10, full*9, "the reduction should save at least a tenth of the states")
 
 	rows := map[string][2]int{
-		fmt.Sprintf("every small FIFO configuration of TestModelCheck (%d, all algorithms)", len(cases)): {full, reduced},
+		fmt.Sprintf("every small FIFO configuration of TestModelCheck (%d, all algorithms)", cases): {full, reduced},
 		"Lamport n=3 r=1":         counts["lamport/n=3/r=1/fifo"],
 		"Lamport n=2 r=4":         counts["lamport/n=2/r=4/fifo"],
 		"Ricart-Agrawala n=3 r=2": counts["ricart-agrawala/n=3/r=2/fifo"],
@@ -123,6 +143,10 @@ func TestPartialOrderFindsViolations(t *testing.T) {
 // alike, so with the graph too every verdict, the bound on overtaking
 // included, stays what the full graph gives, over fewer states.
 func TestStampGapsKeepsLiveness(t *testing.T) {
+	// Searches on the test's goroutine, no timing or memory measured:
+	// it runs beside the other parallel tests once the sequential ones
+	// are done.
+	t.Parallel()
 	cfgs := []CheckConfig{
 		{Algorithm: Lamport, N: 2, Requests: 4},
 		{Algorithm: Lamport, N: 3, RequestsPerPeer: []int{2, 1, 0}},

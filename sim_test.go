@@ -548,9 +548,11 @@ func TestLongRandomRuns(t *testing.T) {
 	}
 	if raceEnabled && !*longRuns {
 		// The race detector slows the simulator about tenfold, and it
-		// has no goroutines to watch here: fewer entries keep the
-		// package inside go test's default timeout.
-		entries = 500
+		// has no goroutines to watch here: 300 entries per
+		// configuration, as with -short, keep the package inside its
+		// time budget (README); without -race each makes 2,000, and
+		// -dmutex.long runs the full size.
+		entries = 300
 	}
 	if *longRuns {
 		entries = 100_000
@@ -564,6 +566,7 @@ func TestLongRandomRuns(t *testing.T) {
 		for _, n := range ns {
 			for _, d := range deliveries(v) {
 				t.Run(fmt.Sprintf("%s/n=%d/%v", v.name, n, d), func(t *testing.T) {
+					t.Parallel() // a simulation on the test's goroutine: two at once on two cores
 					start := time.Now()
 					seed := int64(n)*1000 + int64(d)
 					s := simulation(t, v, n, WithSeed(seed), WithDelivery(d), WithoutTrace())

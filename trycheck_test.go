@@ -73,6 +73,9 @@ func TestModelCheckTry(t *testing.T) {
 					if v.opts != nil && net == NetworkUnordered && mx.name == "r22-t22" && !*bigChecks {
 						t.Skip("0.7M states, 12 s; run with -dmutex.big")
 					}
+					if !*bigChecks { // Lamport's big mixes take a gigabyte or more each
+						t.Parallel() // one search each, tens of megabytes: two at once on two cores
+					}
 					res := mustCheck(t, mx.config(v.alg, v.opts, net))
 					require.Nil(t, res.Violation, "%v", res.Violation)
 					require.True(t, res.Complete, "stopped after %d states", res.States)
