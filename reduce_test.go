@@ -148,7 +148,7 @@ func TestStampGapsKeepsLiveness(t *testing.T) {
 	// are done.
 	t.Parallel()
 	cfgs := []CheckConfig{
-		{Algorithm: Lamport, N: 2, Requests: 4},
+		{Algorithm: Lamport, N: 2, Requests: 4, Network: NetworkFIFO, MaxMemory: -1}, // TestModelCheck's lamport/n=2/r=4/fifo
 		{Algorithm: Lamport, N: 3, RequestsPerPeer: []int{2, 1, 0}},
 		{Algorithm: Lamport, N: 2, Requests: 2, Tries: 1},
 	}
@@ -157,7 +157,7 @@ func TestStampGapsKeepsLiveness(t *testing.T) {
 	}
 	for _, cfg := range cfgs {
 		t.Run(fmt.Sprintf("n=%d/r=%d/%v/tries=%d", cfg.N, cfg.Requests, cfg.RequestsPerPeer, cfg.Tries), func(t *testing.T) {
-			a := mustCheck(t, cfg)
+			a := sharedCheck(t, cfg)
 			cfg.StampGaps = true
 			b := mustCheck(t, cfg)
 			require.True(t, a.Complete && b.Complete && a.Liveness && b.Liveness)

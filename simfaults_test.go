@@ -105,6 +105,7 @@ func TestSimulationFaultsReplay(t *testing.T) {
 // TestSimulationLamportLostRequestBreaksSafety), so for Lamport the test
 // instead requires the seeds to find such a violation.
 func TestSimulationLossKeepsSafety(t *testing.T) {
+	t.Parallel() // computation on the test's goroutine only: beside the other parallel tests at the end
 	seeds := 40
 	if testing.Short() {
 		seeds = 10

@@ -462,6 +462,7 @@ func BenchmarkTokenAlgorithms(b *testing.B) {
 // peer is inside, and that every request is served in the end. A failing
 // seed replays.
 func TestTokenRandomDelivery(t *testing.T) {
+	t.Parallel() // computation on the test's goroutine only: beside the other parallel tests at the end
 	seeds := 300
 	if testing.Short() {
 		seeds = 50

@@ -14,6 +14,7 @@ import (
 // marks an empty slot, apart from the others; with 128-bit fingerprints
 // and with 64-bit ones, which tell apart only their first word.
 func TestVisited(t *testing.T) {
+	t.Parallel() // computation on the test's goroutine only: beside the other parallel tests at the end
 	for _, tt := range []struct {
 		withIDs bool
 		bits    int
@@ -56,8 +57,9 @@ func TestVisited(t *testing.T) {
 // TestSafetyOnlyAgrees: the depth-first search without the graph, which
 // reuses its worlds and their machines level by level, finds exactly the
 // states, transitions and blocked states of the breadth-first search.
-// The breadth-first searches of the configurations TestModelCheck has
-// too (n = 3, two requests, no faults) are its own (sharedCheck).
+// Where TestModelCheck has the same configuration (n = 3, two requests,
+// no faults), one of the two searches is its own (sharedCheck): with the
+// graph without -race, depth first under it.
 //
 // Under -race without -dmutex.big, Lamport at n = 3 is left out: its
 // graph of 324,459 states took 1.7 GB and half a minute of CPU under
@@ -91,7 +93,7 @@ func TestSafetyOnlyAgrees(t *testing.T) {
 			t.Parallel() // two configurations at once on two cores
 			bfs := sharedCheck(t, cfg)
 			cfg.SafetyOnly = true
-			dfs := mustCheck(t, cfg)
+			dfs := sharedCheck(t, cfg)
 			name := bfs.Algorithm + "/" + bfs.Faults
 			require.True(t, bfs.Complete && dfs.Complete, name)
 			assert.Equal(t, bfs.States, dfs.States, name)
@@ -167,6 +169,7 @@ func TestCollisionChance(t *testing.T) {
 // without, and says which it kept and the chance of a collision; other
 // sizes are refused.
 func TestFingerprintBits(t *testing.T) {
+	t.Parallel() // computation on the test's goroutine only: beside the other parallel tests at the end
 	for _, cfg := range []CheckConfig{
 		{Algorithm: RicartAgrawala},
 		{Algorithm: SuzukiKasami, Requests: 2, SafetyOnly: true},

@@ -139,6 +139,7 @@ func TestWorldBadInput(t *testing.T) {
 // another world encodes the same, requires the same transitions (serial
 // numbers aside) and, for each, the same entry and equal encodings after.
 func TestStateEncodingIsFaithful(t *testing.T) {
+	t.Parallel() // computation on the test's goroutine only: beside the other parallel tests at the end
 	type config struct {
 		name string
 		alg  Algorithm
