@@ -21,7 +21,10 @@ func TestVisited(t *testing.T) {
 	}{{true, 128}, {false, 128}, {true, 64}, {false, 64}} {
 		withIDs := tt.withIDs
 		v := newVisited(withIDs, tt.bits)
-		const n = 200_000 // several doublings
+		n := 200_000 // three doublings of the table's 2^16 slots
+		if raceEnabled {
+			n = 100_000 // two doublings: half the CPU under -race, which has no goroutines to watch here
+		}
 		fp := func(i int) fingerprint { return fingerprint{uint64(i+1) * 0x9e3779b97f4a7c15, uint64(i + 1)} }
 		for i := range n {
 			id, seen := v.add(fp(i), int32(i))
