@@ -6,7 +6,9 @@ var _ Reachability = (*ChanEndpoint)(nil)
 
 // Reachable reports whether peer id can be reached from this endpoint:
 // neither of the two has crashed (ChanNetwork.Crash) and no partition
-// separates them. If not, since is when the crash or the partition began.
+// separates them. If not, since is when the crash or the partition began;
+// if so, since is when the last partition between the two ended (the zero
+// time if none did), since the messages it cut were lost.
 func (e *ChanEndpoint) Reachable(id int) (ok bool, since time.Time) {
 	nw := e.net
 	if !nw.faulty.Load() || id < 0 || id >= len(nw.eps) {
@@ -23,7 +25,7 @@ func (e *ChanEndpoint) Reachable(id int) (ok bool, since time.Time) {
 	if fs.group != nil && fs.group[id] != fs.group[e.id] {
 		return false, fs.cutAt
 	}
-	return true, time.Time{}
+	return true, fs.backAt[[2]int{min(id, e.id), max(id, e.id)}]
 }
 
 // ReachChanged returns a channel that receives a value after a crash, a

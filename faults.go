@@ -62,9 +62,10 @@ type faultState struct {
 	rng     *rand.Rand
 	drops   []dropRule
 	crashed map[int]bool
-	group   []int             // group[i]: partition group of peer i; nil when whole
-	downAt  map[int]time.Time // when each crashed peer crashed, for Reachable
-	cutAt   time.Time         // when the partition began, for Reachable
+	group   []int                // group[i]: partition group of peer i; nil when whole
+	downAt  map[int]time.Time    // when each crashed peer crashed, for Reachable
+	cutAt   time.Time            // when the partition began, for Reachable
+	backAt  map[[2]int]time.Time // when a partition last ended between a pair {i < j}, for Reachable
 	dropped uint64
 
 	// Delayed delivery: one goroutine delivers from a heap in time order.
@@ -162,11 +163,32 @@ func (nw *ChanNetwork) Partition(groups ...[]int) error {
 	}
 	fs := nw.faultState()
 	fs.mu.Lock()
+	now := time.Now()
+	fs.rejoin(group, now)
 	fs.group = group
-	fs.cutAt = time.Now()
+	fs.cutAt = now
 	fs.mu.Unlock()
 	nw.reachChanged()
 	return nil
+}
+
+// rejoin records, for Reachable, that the pairs the partition in force
+// separates and the groups next (nil when whole) do not are back now:
+// what went between them meanwhile was lost. fs.mu is held.
+func (fs *faultState) rejoin(next []int, now time.Time) {
+	if fs.group == nil {
+		return
+	}
+	for i := range fs.group {
+		for j := i + 1; j < len(fs.group); j++ {
+			if fs.group[i] != fs.group[j] && (next == nil || next[i] == next[j]) {
+				if fs.backAt == nil {
+					fs.backAt = make(map[[2]int]time.Time)
+				}
+				fs.backAt[[2]int{i, j}] = now
+			}
+		}
+	}
 }
 
 // Heal ends a partition. Messages lost while it lasted stay lost; crashed
@@ -174,6 +196,7 @@ func (nw *ChanNetwork) Partition(groups ...[]int) error {
 func (nw *ChanNetwork) Heal() {
 	fs := nw.faultState()
 	fs.mu.Lock()
+	fs.rejoin(nil, time.Now())
 	fs.group = nil
 	fs.mu.Unlock()
 	nw.reachChanged()

@@ -15,12 +15,13 @@ type scriptReach struct {
 	*scriptTransport
 	mu      sync.Mutex
 	down    map[int]time.Time
+	back    map[int]time.Time // when a reachable peer came back from a cut, if it did
 	changed chan struct{}
 	asked   chan int // if not nil, every Reachable call sends its id here
 }
 
 func newScriptReach() *scriptReach {
-	return &scriptReach{scriptTransport: newScriptTransport(), down: map[int]time.Time{}, changed: make(chan struct{}, 1)}
+	return &scriptReach{scriptTransport: newScriptTransport(), down: map[int]time.Time{}, back: map[int]time.Time{}, changed: make(chan struct{}, 1)}
 }
 
 func (s *scriptReach) Reachable(id int) (bool, time.Time) {
@@ -29,8 +30,10 @@ func (s *scriptReach) Reachable(id int) (bool, time.Time) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	t, down := s.down[id]
-	return !down, t
+	if t, down := s.down[id]; down {
+		return false, t
+	}
+	return true, s.back[id]
 }
 
 // signal makes the peer's watcher ask again, as a change would.
@@ -49,6 +52,56 @@ func (s *scriptReach) cut(id int) {
 	s.down[id] = time.Now()
 	s.mu.Unlock()
 	s.signal()
+}
+
+// cutAndHeal makes peer id come back, now, from a cut that the peer's
+// watcher never saw (a cut and a heal that coalesced into one signal).
+func (s *scriptReach) cutAndHeal(id int) {
+	s.mu.Lock()
+	s.back[id] = time.Now()
+	s.mu.Unlock()
+	s.signal()
+}
+
+// TestRecoveryAsksAgainAfterACoalescedCut: a peer whose transport says
+// that peer 1 is back from a cut asks peer 1 again for what it waits for,
+// although its watcher never saw peer 1 down: the cut and the heal came
+// between two looks, and what went across meanwhile may be lost. A look
+// that finds no newer cut asks nothing again.
+func TestRecoveryAsksAgainAfterACoalescedCut(t *testing.T) {
+	tr := newScriptReach()
+	tr.asked = make(chan int, 16)
+	p, err := NewPeer(RicartAgrawala, 0, 2, tr, WithRecovery(), WithUnreachableAfter(time.Hour))
+	require.NoError(t, err)
+	defer p.Close()
+	looked := func() { // the watcher asked about peer 1 (and, the next time, had applied that look)
+		t.Helper()
+		select {
+		case <-tr.asked:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the watcher never asked")
+		}
+	}
+	looked()
+	locked := make(chan error, 1)
+	go func() { locked <- p.LockContext(context.Background()) }()
+	first := tr.nextSent(t)
+	require.Equal(t, KindRequest, first.Kind)
+	tr.cutAndHeal(1)
+	looked()
+	assert.Equal(t, first, tr.nextSent(t), "the request again")
+	tr.signal() // a look with nothing new
+	looked()
+	tr.signal()
+	looked()
+	select {
+	case m := <-tr.sent:
+		t.Fatalf("sent %v after a look that found no new cut", m)
+	default:
+	}
+	tr.in <- Message{Kind: KindReply, From: 1, To: 0, TS: 1, Ref: first.TS}
+	require.NoError(t, <-locked)
+	p.Unlock()
 }
 
 // TestFailoverFenceEpoch: at run time, the grantee of a new coordinator

@@ -33,7 +33,13 @@ func (e *UnreachableError) Is(target error) bool { return target == ErrPeerUnrea
 // WithUnreachableAfter needs it.
 type Reachability interface {
 	// Reachable reports whether peer id answers now and, if it does not,
-	// since when it has not.
+	// since when it has not. If it does, since is when it last came back
+	// from a cut that may have lost messages, or the zero time: a
+	// transport that loses nothing while a link is down (one that resends
+	// until acknowledged) returns the zero time. A peer running
+	// WithRecovery that finds since later than its previous look asks
+	// again for what it waits for, even if it never saw the peer
+	// unreachable (the cut and the heal coalesced).
 	Reachable(id int) (ok bool, since time.Time)
 
 	// ReachChanged returns a channel that receives a value after the
@@ -90,6 +96,7 @@ type reach struct {
 
 	suspected []bool        // suspected[j]: j has been unreachable longer than after
 	down      []bool        // down[j]: the watcher last saw j unreachable
+	looked    time.Time     // when the watcher last asked the transport
 	changed   chan struct{} // closed, and replaced, when a peer becomes suspected
 	needBuf   []int
 }
@@ -124,12 +131,14 @@ func (p *Peer) reassess() time.Duration {
 	var next time.Duration
 	sus := make([]bool, p.n)
 	down := make([]bool, p.n)
+	back := make([]bool, p.n)
 	for j := range p.n {
 		if j == p.id {
 			continue
 		}
 		ok, since := rc.r.Reachable(j)
 		if ok {
+			back[j] = since.After(rc.looked)
 			continue
 		}
 		down[j] = true
@@ -139,6 +148,9 @@ func (p *Peer) reassess() time.Duration {
 			next = left
 		}
 	}
+	// Cuts that end after this are seen as down now or, the next time,
+	// as back since this look.
+	looked := time.Now()
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.holdSuspectsLocked(sus)
@@ -146,14 +158,16 @@ func (p *Peer) reassess() time.Duration {
 		switch {
 		case s != rc.suspected[j]:
 			p.suspectLocked(j, s)
-		case rc.down[j] && !down[j] && !s && p.recovery && !p.closed:
-			// Back before it was suspected: what went to or from it
-			// meanwhile may be lost all the same (a short partition).
+		case (rc.down[j] || back[j]) && !down[j] && !s && p.recovery && !p.closed:
+			// Back before it was suspected, or cut and back between
+			// two looks: what went to or from it meanwhile may be lost
+			// all the same (a short partition).
 			p.interruptLocked()
 			p.d.reached(p.host(), &p.out, j)
 		}
 	}
 	rc.down = down
+	rc.looked = looked
 	return next
 }
 

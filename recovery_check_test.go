@@ -100,6 +100,17 @@ func recoveryRows() []recoveryRow {
 				rows = append(rows, recoveryRow{a.name, name, two, careful, false, false})
 			}
 			rows = append(rows, recoveryRow{a.name, "`WithRecovery()`, perfect detector, one crash: the survivor of two waits", base(2, rec, perfect, false), minority, false, false})
+			// A partition that heals, before or after the detector
+			// suspects anyone: what it cut is lost, and the peers ask
+			// again when the link is back.
+			for _, k := range []int{1, 2} {
+				healed := CheckConfig{Algorithm: a.alg, N: 2, Requests: k, Options: rec, Faults: CheckFaults{Partition: 1 << 1, Heal: true}, Detector: perfect, Fenced: true}
+				name := "`WithRecovery()`, perfect detector, a partition that heals, fenced store"
+				if k > 1 {
+					name += ", 2 requests per peer"
+				}
+				rows = append(rows, recoveryRow{a.name, name, healed, careful, false, false})
+			}
 		}
 		if a.bigFence {
 			big := base(3, rec, imperfect, true)

@@ -3,8 +3,10 @@ package dmutex
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -333,6 +335,158 @@ func TestRecoveryLonePeer(t *testing.T) {
 				assert.True(t, store.write(p.Fence(), "the lone peer"), "the lone peer's write after the heal, fence %d", p.Fence())
 				p.Unlock()
 				assert.Empty(t, store.rejected)
+			})
+		}
+	}
+}
+
+// TestRecoveryHealedPartition is issue 23's healed partition, for every
+// algorithm with a recovery and each peer cut off in turn (the token
+// holder and the coordinator among them): the other two ask for the
+// lock, the partition heals, and every peer then enters. Long, the cut
+// outlasts WithUnreachableAfter (the pair suspects the cut peer and goes
+// on without it); short, nobody suspects anyone, and what was sent across
+// the cut is lost all the same, so the peers must ask again when the link
+// is back. A store that checks fences accepts every write.
+func TestRecoveryHealedPartition(t *testing.T) {
+	for _, alg := range recoveryAlgorithms {
+		for _, long := range []bool{false, true} {
+			for cut := range 3 {
+				name := "short"
+				after := time.Hour // nobody is suspected
+				if long {
+					name, after = "long", unreachableAfter
+				}
+				t.Run(fmt.Sprintf("%v/%s/cut=%d", alg, name, cut), func(t *testing.T) {
+					c, err := New(alg, 3, WithRecovery(), WithUnreachableAfter(after))
+					require.NoError(t, err)
+					t.Cleanup(func() { require.NoError(t, c.Close()) })
+					var store fencedStore
+					pair := slices.DeleteFunc([]int{0, 1, 2}, func(id int) bool { return id == cut })
+					require.NoError(t, c.Network().Partition([]int{cut}))
+					if long {
+						for _, id := range pair {
+							waitSuspected(t, c.Peer(id), []int{cut})
+						}
+					}
+					done := make(chan error, 2)
+					for _, id := range pair {
+						go func() {
+							p := c.Peer(id)
+							ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+							defer cancel()
+							if err := p.LockContext(ctx); err != nil {
+								done <- fmt.Errorf("P%d: %w", id, err)
+								return
+							}
+							if !store.write(p.Fence(), fmt.Sprintf("P%d", id)) {
+								done <- fmt.Errorf("P%d's write with fence %d refused", id, p.Fence())
+							} else {
+								done <- nil
+							}
+							p.Unlock()
+						}()
+					}
+					if long {
+						// The pair goes on without the cut peer: both enter before the heal.
+						require.NoError(t, <-done)
+						require.NoError(t, <-done)
+					}
+					if !long {
+						// Heal once the cut has lost both requests (or both entered).
+						eventually(t, "a loss or both entries", func() bool { return c.Network().Dropped() >= 2 || len(done) == 2 })
+					}
+					c.Network().Heal()
+					if !long {
+						require.NoError(t, <-done)
+						require.NoError(t, <-done)
+					}
+					for id := range 3 {
+						waitSuspected(t, c.Peer(id), nil)
+					}
+					for id := range 3 {
+						p := c.Peer(id)
+						lockWithin(t, p, time.Minute)
+						assert.True(t, store.write(p.Fence(), fmt.Sprintf("P%d after", id)), "P%d's write after the heal, fence %d", id, p.Fence())
+						p.Unlock()
+					}
+					assert.Empty(t, store.rejected)
+				})
+			}
+		}
+	}
+}
+
+// TestRecoveryPartitionStorm cuts and heals the in-memory network twelve
+// times at seeded random moments, some cuts shorter than
+// WithUnreachableAfter and some longer, while every peer locks and writes
+// twice to a store that checks fences. Two holds never share a fence, so
+// the store never accepts writes of two holders with the same one; and
+// once the network is whole again every peer enters.
+func TestRecoveryPartitionStorm(t *testing.T) {
+	for _, alg := range recoveryAlgorithms {
+		for _, n := range []int{3, 4} {
+			t.Run(fmt.Sprintf("%v/n=%d", alg, n), func(t *testing.T) {
+				c := recoveryCluster(t, alg, n)
+				var (
+					mu    sync.Mutex
+					owner = map[uint64]int{} // fence -> the peer whose write the store accepted with it
+					store fencedStore
+					stop  = make(chan struct{})
+					wg    sync.WaitGroup
+				)
+				for id := range n {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						p := c.Peer(id)
+						for {
+							select {
+							case <-stop:
+								return
+							default:
+							}
+							ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+							err := p.LockContext(ctx)
+							cancel()
+							if err != nil {
+								time.Sleep(time.Millisecond)
+								continue
+							}
+							f := p.Fence()
+							for w := range 2 {
+								if store.write(f, fmt.Sprintf("P%d fence %d write %d", id, f, w)) {
+									mu.Lock()
+									if o, ok := owner[f]; ok && o != id {
+										t.Errorf("the store accepted writes of P%d and P%d with the same fence %d", o, id, f)
+									}
+									owner[f] = id
+									mu.Unlock()
+								}
+								time.Sleep(100 * time.Microsecond)
+							}
+							p.Unlock()
+						}
+					}()
+				}
+				rng := rand.New(rand.NewPCG(uint64(n), uint64(alg)))
+				for range 12 {
+					cut := rng.IntN(n)
+					require.NoError(t, c.Network().Partition([]int{cut}))
+					time.Sleep(time.Duration(rng.IntN(int(3 * unreachableAfter))))
+					c.Network().Heal()
+					time.Sleep(time.Duration(rng.IntN(int(2 * unreachableAfter))))
+				}
+				close(stop)
+				wg.Wait()
+				for id := range n {
+					waitSuspected(t, c.Peer(id), nil)
+				}
+				for id := range n {
+					lockWithin(t, c.Peer(id), time.Minute)
+					c.Peer(id).Unlock()
+				}
+				assert.NotEmpty(t, store.accepted)
 			})
 		}
 	}

@@ -102,6 +102,16 @@ import (
 // malformed (no RN of n entries, a count above the sender's own request
 // number, or an epoch whose remainder is not its sender) is refused.
 //
+// A link that comes back from a cut too short for anyone to suspect may
+// have lost a request, a status or the token itself, and nobody can tell
+// whether a token sent across it arrived. The peer that would start a
+// round on a suspicion (the coordinator, or the one that last sent the
+// token there) starts one when such a peer is back: the statuses carry
+// every survivor's RN, so the new token serves every request, lost ones
+// included, and a token that did arrive is of an older epoch (Check at
+// n = 2 with a partition that heals, docs/checking.md, and
+// TestRecoveryHealedPartition).
+//
 // Costs: nothing without suspicions; each round costs n-1 coordinator
 // messages, a status from each survivor, and the token's hop to the next
 // requester. With a perfect detector the new token exists only once every
@@ -212,6 +222,10 @@ func (s *suzukiKasami) step(ev event, out *output) {
 	case evSuspect, evTrust:
 		if s.recovery {
 			s.onDetector(ev.msg.From, ev.kind == evSuspect, out)
+		}
+	case evReached:
+		if s.recovery {
+			s.onReached(ev.msg.From, out)
 		}
 	}
 }
@@ -416,6 +430,25 @@ func (s *suzukiKasami) onDetector(j int, suspect bool, out *output) {
 		s.startRound(out)
 	case !suspect && s.token != nil && !s.inside:
 		s.pass(out)
+	}
+}
+
+// onReached handles peer j's return from a cut that may have lost
+// messages: a request, a status, a coordinator message or the token
+// itself. Nobody can tell whether a token sent across the cut arrived,
+// so the peer that would start a round on a suspicion (the coordinator,
+// or the one that last sent the token to j), or one collecting a round
+// whose messages to and from j may be lost, starts a new round: the
+// statuses carry every survivor's RN, so the new token serves every
+// request, lost ones included, and its epoch makes a token that did
+// arrive a stale one. A partition too short for any suspicion costs one
+// round, 3(n-1) messages and the token's hop.
+func (s *suzukiKasami) onReached(j int, out *output) {
+	if j < 0 || j >= s.n || j == s.id {
+		return
+	}
+	if s.collecting || s.coordinator() || j == s.sentTo {
+		s.startRound(out)
 	}
 }
 

@@ -519,6 +519,7 @@ type proxy struct {
 	l      net.Listener
 	target string
 	drop   atomic.Bool // drop the bytes from clients instead of forwarding them
+	refuse atomic.Bool // close every new connection at once, as a partition does
 
 	mu    sync.Mutex
 	conns []net.Conn
@@ -564,6 +565,10 @@ func (p *proxy) run() {
 		c, err := p.l.Accept()
 		if err != nil {
 			return
+		}
+		if p.refuse.Load() {
+			_ = c.Close()
+			continue
 		}
 		d, err := net.Dial("tcp", p.target)
 		if err != nil {
