@@ -170,3 +170,52 @@ func TestFailoverSuspicionRefusesATry(t *testing.T) {
 	tr.cut(0)
 	require.ErrorIs(t, <-tried, ErrLocked)
 }
+
+// TestRecoveryNeverSuspectsAPeerNeverReached: with WithRecovery, a peer
+// that was never reachable (a process not started yet) is not suspected,
+// however long it stays away: a Ricart-Agrawala peer that has peer 1's
+// reply does not enter without peer 2's, and its LockContext says that
+// peer 2 is unreachable. Once peer 2 has been reached, a later cut is a
+// suspicion as usual, and the peer goes on without it.
+func TestRecoveryNeverSuspectsAPeerNeverReached(t *testing.T) {
+	tr := newScriptReach()
+	tr.down[2] = time.Now()
+	p, err := NewPeer(RicartAgrawala, 0, 3, tr, WithRecovery(), WithUnreachableAfter(time.Millisecond))
+	require.NoError(t, err)
+	defer p.Close()
+	locked := make(chan error, 1)
+	go func() { locked <- p.LockContext(context.Background()) }()
+	var req Message
+	for range 2 { // the request to peers 1 and 2
+		req = tr.nextSent(t)
+		require.Equal(t, KindRequest, req.Kind)
+	}
+	tr.in <- Message{Kind: KindReply, From: 1, To: 0, TS: 1, Ref: req.TS}
+	err = <-locked
+	var ue *UnreachableError
+	require.ErrorAs(t, err, &ue, "peer 2 was never reached")
+	assert.Equal(t, []int{2}, ue.Peers)
+	assert.Empty(t, p.Suspected())
+
+	tr.mu.Lock()
+	delete(tr.down, 2)
+	tr.mu.Unlock()
+	tr.signal()
+	eventually(t, "peer 2 met", func() bool {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		return p.reach.met[2] && !p.reach.unheard[2]
+	})
+	tr.cut(2)
+	waitSuspected(t, p, []int{2})
+	go func() { locked <- p.LockContext(context.Background()) }()
+	for {
+		m := tr.nextSent(t)
+		if m.Kind == KindRequest && m.To == 1 {
+			tr.in <- Message{Kind: KindReply, From: 1, To: 0, TS: m.TS + 1, Ref: m.TS}
+			break
+		}
+	}
+	require.NoError(t, <-locked, "peer 2, once met and then cut, is suspected, and the peer goes on without it")
+	p.Unlock()
+}

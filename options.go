@@ -191,7 +191,17 @@ var recoveryAlgorithms = []Algorithm{RicartAgrawala, SuzukiKasami, Centralized, 
 //     an epoch of its own while cut off.
 //   - A peer back from a partition is asked again: a waiting peer resends
 //     what it waits for to a peer it trusts again, or that its transport
-//     reports reachable again after a cut too short to suspect it.
+//     reports reachable again after a cut too short to suspect it
+//     (Suzuki-Kasami and centralized start a round or a term, which asks
+//     everyone).
+//   - A peer never reached is not suspected. Processes start one by one,
+//     and a peer that has not started yet looks crashed; suspecting it
+//     would let the others enter beside it once it starts. So the
+//     runtime's detector suspects only a peer it has seen reachable at
+//     least once. A call whose request needs a peer never reached returns
+//     an [*UnreachableError] naming it once the bound has passed (Lock
+//     waits), and nobody enters without it: start every peer, or the
+//     cluster waits for the missing one as it would without recovery.
 //
 // Fences are not promised to follow the order of entry across a false
 // suspicion: they order holds for a store, nothing more.

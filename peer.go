@@ -112,7 +112,17 @@ func startPeer(alg Algorithm, id, n int, m machine, tr Transport, cfg *config) *
 			stop:      make(chan struct{}),
 			suspected: make([]bool, n),
 			down:      make([]bool, n),
+			met:       make([]bool, n),
+			unheard:   make([]bool, n),
 			changed:   make(chan struct{}),
+		}
+		// The peers reachable now are met before NewPeer returns, so
+		// that a crash right after it is suspected however late the
+		// watcher first looks.
+		for j := range n {
+			if j != id {
+				p.reach.met[j], _ = r.Reachable(j)
+			}
 		}
 		p.wg.Add(1)
 		go p.watch()

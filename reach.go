@@ -96,6 +96,8 @@ type reach struct {
 
 	suspected []bool        // suspected[j]: j has been unreachable longer than after
 	down      []bool        // down[j]: the watcher last saw j unreachable
+	met       []bool        // met[j]: the watcher has seen j reachable at least once
+	unheard   []bool        // unheard[j]: with WithRecovery, j was never met and has been unreachable longer than after
 	looked    time.Time     // when the watcher last asked the transport
 	changed   chan struct{} // closed, and replaced, when a peer becomes suspected
 	needBuf   []int
@@ -153,6 +155,28 @@ func (p *Peer) reassess() time.Duration {
 	looked := time.Now()
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	for j := range p.n {
+		if j == p.id {
+			continue
+		}
+		if !down[j] {
+			rc.met[j] = true
+		}
+		// With recovery, a peer never reached is not suspected: a late
+		// start looks like a crash, and suspecting it would let others
+		// in beside a peer that has not even begun. It ends the waits
+		// that need it instead (see unreachableLocked).
+		unheard := sus[j] && p.recovery && !rc.met[j]
+		if unheard {
+			sus[j] = false
+		}
+		if unheard != rc.unheard[j] {
+			rc.unheard[j] = unheard
+			if unheard {
+				p.wakeWaitersLocked()
+			}
+		}
+	}
 	p.holdSuspectsLocked(sus)
 	for j, s := range sus {
 		switch {
@@ -186,32 +210,44 @@ func (p *Peer) suspectLocked(j int, suspected bool) {
 	p.interruptLocked() // the machine is stepped, as for a message
 	p.d.suspect(p.host(), &p.out, j, suspected)
 	if suspected {
-		close(rc.changed)
-		rc.changed = make(chan struct{})
+		p.wakeWaitersLocked()
 	}
+}
+
+// wakeWaitersLocked wakes the callers waiting for a suspicion, so that
+// they ask unreachableLocked again.
+func (p *Peer) wakeWaitersLocked() {
+	rc := &p.reach
+	close(rc.changed)
+	rc.changed = make(chan struct{})
 }
 
 // unreachableLocked returns the error for a request that needs a suspected
 // peer, or nil. It is nil when the peer does not watch reachability. With
 // WithRecovery the machine goes on without suspected peers, so it is nil
 // unless the peer is in a minority (see driver.suspect), and then it
-// names every peer suspected.
+// names every peer suspected, or unless the request needs a peer never
+// reached (unheard), and then it names those.
 func (p *Peer) unreachableLocked() error {
 	rc := &p.reach
-	if rc.r == nil || !slices.Contains(rc.suspected, true) {
+	if rc.r == nil {
 		return nil
 	}
+	down := rc.suspected
 	if p.recovery {
-		if !p.d.minority() {
-			return nil
-		}
-		var peers []int
-		for j, s := range rc.suspected {
-			if s {
-				peers = append(peers, j)
+		if p.d.minority() {
+			var peers []int
+			for j, s := range rc.suspected {
+				if s {
+					peers = append(peers, j)
+				}
 			}
+			return &UnreachableError{Peers: peers, After: rc.after}
 		}
-		return &UnreachableError{Peers: peers, After: rc.after}
+		down = rc.unheard
+	}
+	if !slices.Contains(down, true) {
+		return nil
 	}
 	if nd, ok := p.m.(needer); ok {
 		rc.needBuf = nd.needs(rc.needBuf[:0])
@@ -225,7 +261,7 @@ func (p *Peer) unreachableLocked() error {
 	}
 	var peers []int
 	for _, j := range rc.needBuf {
-		if rc.suspected[j] {
+		if down[j] {
 			peers = append(peers, j)
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -158,6 +159,96 @@ func TestPartitionStormOverGRPC(t *testing.T) {
 				p.Unlock()
 			}
 			assert.NotZero(t, accepted)
+		})
+	}
+}
+
+// TestStaggeredStartOverGRPC starts three peers with recovery one after
+// another, with WithUnreachableAfter(50ms), each locking in a loop as soon
+// as it exists, as processes started one by one do; the last one and
+// peer 0 cannot connect to each other until 300 ms after it started (a
+// slow connection). A peer not reached yet looks crashed: before, peer 0
+// and the late peer each suspected the other, went in on peer 1's
+// permission alone and held the lock together.
+// Since the runtime never suspects a peer it has not reached once, nobody
+// enters beside anyone, and once all three run every one of them enters.
+func TestStaggeredStartOverGRPC(t *testing.T) {
+	const n, gap, after = 3, 200 * time.Millisecond, 50 * time.Millisecond
+	for _, alg := range []dmutex.Algorithm{dmutex.RicartAgrawala, dmutex.SuzukiKasami, dmutex.Centralized} {
+		t.Run(alg.String(), func(t *testing.T) {
+			ls, addrs := listeners(t, n)
+			// The way between peer 0 and the last peer, both ways, is
+			// slow to connect.
+			slow := []*proxy{newProxy(t, addrs[0]), newProxy(t, addrs[n-1])}
+			for _, px := range slow {
+				px.refuse.Store(true)
+			}
+			var (
+				inside  atomic.Int32
+				entered [n]atomic.Int32
+				stop    = make(chan struct{})
+				wg      sync.WaitGroup
+			)
+			for i := range n {
+				if i > 0 {
+					time.Sleep(gap)
+				}
+				as := slices.Clone(addrs)
+				switch i {
+				case 0:
+					as[n-1] = slow[1].addr()
+				case n - 1:
+					as[0] = slow[0].addr()
+					time.AfterFunc(300*time.Millisecond, func() {
+						for _, px := range slow {
+							px.refuse.Store(false)
+						}
+					})
+				}
+				tr, err := New(i, as, WithListener(ls[i]), Insecure(), fastRetry, quiet)
+				require.NoError(t, err)
+				p, err := dmutex.NewPeer(alg, i, n, tr, dmutex.WithRecovery(), dmutex.WithUnreachableAfter(after))
+				if err != nil {
+					_ = tr.Close()
+				}
+				require.NoError(t, err)
+				t.Cleanup(func() { require.NoError(t, p.Close()) })
+				wg.Go(func() {
+					for {
+						select {
+						case <-stop:
+							return
+						default:
+						}
+						ctx, cancel := context.WithTimeout(context.Background(), 2*after)
+						err := p.LockContext(ctx)
+						cancel()
+						if err != nil {
+							time.Sleep(time.Millisecond)
+							continue
+						}
+						if inside.Add(1) > 1 {
+							t.Errorf("peer %d entered while another peer was inside", i)
+						}
+						entered[i].Add(1)
+						time.Sleep(time.Millisecond)
+						inside.Add(-1)
+						p.Unlock()
+					}
+				})
+			}
+			// Once all three run, each enters.
+			time.Sleep(300 * time.Millisecond)
+			deadline := time.Now().Add(time.Minute)
+			for i := range n {
+				start := entered[i].Load()
+				for entered[i].Load() == start {
+					require.False(t, time.Now().After(deadline), "peer %d never entered once all three ran", i)
+					time.Sleep(time.Millisecond)
+				}
+			}
+			close(stop)
+			wg.Wait()
 		})
 	}
 }
