@@ -420,3 +420,43 @@ func TestUnreachableWakesForTheFirstToPassTheBound(t *testing.T) {
 		})
 	}
 }
+
+// TestChanReachableSinceTheHeal: the in-memory network says, for a peer
+// reachable again, when the last partition between the two ended, since
+// what it cut was lost; a pair that no partition separated says the zero
+// time. A new partition that keeps two peers apart does not count as
+// their return; one that reunites them does.
+func TestChanReachableSinceTheHeal(t *testing.T) {
+	c, err := NewRicartAgrawala(3)
+	require.NoError(t, err)
+	defer func() { require.NoError(t, c.Close()) }()
+	nw := c.Network()
+	ep := func(id int) *ChanEndpoint { return nw.Endpoint(id) }
+	ok, since := ep(0).Reachable(1)
+	require.True(t, ok)
+	require.True(t, since.IsZero())
+
+	require.NoError(t, nw.Partition([]int{0}, []int{1, 2}))
+	before := time.Now()
+	require.NoError(t, nw.Partition([]int{0, 2}, []int{1})) // 0-1 still apart, 0-2 back
+	ok, since = ep(0).Reachable(2)
+	require.True(t, ok)
+	assert.False(t, since.Before(before), "0 and 2 are back from the first partition")
+	ok, _ = ep(1).Reachable(0)
+	require.False(t, ok)
+
+	healed := time.Now()
+	nw.Heal()
+	for _, pair := range [][2]int{{0, 1}, {1, 0}, {1, 2}, {2, 1}} {
+		ok, since = ep(pair[0]).Reachable(pair[1])
+		require.True(t, ok)
+		assert.False(t, since.Before(healed), "%v: back at the heal", pair)
+	}
+	ok, since = ep(2).Reachable(0)
+	require.True(t, ok)
+	assert.True(t, since.Before(healed), "0 and 2 were together when the network healed")
+	_, first := ep(1).Reachable(0)
+	nw.Heal() // a whole network: nothing comes back
+	_, again := ep(1).Reachable(0)
+	assert.Equal(t, first, again)
+}
