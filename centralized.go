@@ -52,19 +52,21 @@ import (
 // rebuilds the holder and the queue, the waiting requests in (request
 // number, id) order, and then grants as before. Extra messages: n-1
 // COORDINATOR and n-2 reports when the coordinator crashed, 2n-3 in all,
-// and as many when the holder did (2(n-1) after a false suspicion);
-// none while nobody is suspected. A peer that suspects more than (n-1)/2
-// others takes nothing over (see [WithRecovery]): at n = 2 a survivor
-// waits.
+// and as many when the holder did (2(n-1) after a false suspicion, and
+// one COORDINATOR more when the suspected peer is back: the coordinator
+// names its term again to a peer it could not reach, which may have
+// missed it); none while nobody is suspected. A peer that suspects more
+// than (n-1)/2 others takes nothing over (see [WithRecovery]): at n = 2
+// a survivor waits.
 //
-// A link that comes back, from a suspicion or from a cut too short to
-// suspect anyone, may have lost anything that went across it: a
-// COORDINATOR, a request, a grant, a release. Nobody can tell which, so
-// the coordinator starts a term of its own when a peer it could not
-// reach is back (2(n-1) messages more), and the reports rebuild the
-// holder and the queue: after a healed partition every waiting peer is
-// served (Check at n = 2 with a partition that heals, docs/checking.md,
-// and TestRecoveryHealedPartition).
+// A link that comes back from a cut the coordinator was never told of
+// (too short to suspect anyone, or while it was in a minority) may have
+// lost anything that went across it: a COORDINATOR, a request, a grant,
+// a release. Nobody can tell which, so the coordinator starts a term of
+// its own (2(n-1) messages), and the reports rebuild the holder and the
+// queue: after a healed partition every waiting peer is served (Check at
+// n = 2 with a partition that heals, docs/checking.md, and
+// TestRecoveryHealedPartition).
 //
 // What happens to what was in flight. A grant, busy or release of an
 // older term is ignored wherever it arrives: a client takes only its own
@@ -376,13 +378,21 @@ func (c *centralized) stepRecovery(ev event, out *output) {
 		}
 	case evReached:
 		if j := ev.msg.From; j >= 0 && j < c.n && j != c.id && c.id == c.coord() {
-			// j is back from where we could not reach it, and what
-			// went between us may be lost: our COORDINATOR, its
-			// request or release, our grant. Nobody can tell which, so
-			// start a term of our own: every peer reports what it waits
-			// for or holds, and the holder and the queue are rebuilt
-			// from the reports. A peer that knows a higher term names
-			// it, and we take that one.
+			if ev.msg.Ref != 0 {
+				// Back from a suspicion we acted on: we granted it
+				// nothing meanwhile, but it may have missed our
+				// term. Name it again: a peer that missed it takes
+				// it and reports to us; one that knows a higher term
+				// names it, and we take that one.
+				out.send(Message{Kind: KindCoordinator, From: c.id, To: j, TS: c.term})
+				return
+			}
+			// Back from a cut nobody suspected: what went between us
+			// may be lost (our COORDINATOR, its request or release,
+			// our grant), and nobody can tell which, so start a term
+			// of our own: every peer reports what it waits for or
+			// holds, and the holder and the queue are rebuilt from the
+			// reports.
 			c.takeOver(out)
 		}
 	case evSuspect, evTrust:

@@ -173,9 +173,11 @@ func (d *driver) suspect(h driverHost, out *output, j int, suspected bool) {
 		d.tell(h, out, j, suspected)
 		return // the machine goes on only with the peers' own answers
 	}
+	told := false // the machine is told that j is back, after it was told that j had gone
 	switch nowMajority := d.majority(); {
 	case wasMajority && nowMajority:
 		d.tell(h, out, j, suspected)
+		told = !suspected
 	case wasMajority: // into a minority: take back what the machine was told
 		for k := range d.n {
 			if k != j && h.suspected(k) {
@@ -191,8 +193,13 @@ func (d *driver) suspect(h driverHost, out *output, j int, suspected bool) {
 	}
 	if !suspected {
 		// j is back, whether or not the machine was told it had gone:
-		// what it was sent, or sent, meanwhile may be lost.
-		d.step(h, out, event{kind: evReached, msg: Message{From: j, To: d.id}})
+		// what it was sent, or sent, meanwhile may be lost. Ref says
+		// which (see evReached).
+		var ref uint64
+		if told {
+			ref = 1
+		}
+		d.step(h, out, event{kind: evReached, msg: Message{From: j, To: d.id, Ref: ref}})
 	}
 	d.next(h, out)
 }

@@ -297,13 +297,17 @@ const (
 	evSuspect
 	evTrust
 
-	// evReached says that peer msg.From, which the failure detector
-	// suspected, is reachable again: what was sent to or from it
-	// meanwhile may have been lost. The driver sends it after evTrust,
-	// for a trust that the detector itself makes (not for a suspicion
-	// taken back because the peer fell into a minority; see
-	// driver.suspect). A machine with a recovery asks again for what it
-	// still waits for from msg.From; the others ignore it.
+	// evReached says that peer msg.From is reachable again after a cut:
+	// what was sent to or from it meanwhile may have been lost. The
+	// driver sends it when the failure detector trusts the peer again
+	// (not for a suspicion taken back because the peer fell into a
+	// minority; see driver.suspect), with msg.Ref 1 if the machine was
+	// told of the suspicion and has just been told evTrust, so that it
+	// has already acted on the change; and when the transport reports the
+	// peer back from a cut too short for any suspicion (driver.reached),
+	// or the machine was told neither, with msg.Ref 0. A machine with a
+	// recovery asks again for what it still waits for from msg.From; the
+	// others ignore it.
 	evReached
 )
 

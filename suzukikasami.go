@@ -102,8 +102,9 @@ import (
 // malformed (no RN of n entries, a count above the sender's own request
 // number, or an epoch whose remainder is not its sender) is refused.
 //
-// A link that comes back from a cut too short for anyone to suspect may
-// have lost a request, a status or the token itself, and nobody can tell
+// A link that comes back from a cut that no suspicion told the machine
+// of (too short for the detector, or while its peer was in a minority)
+// may have lost a request, a status or the token itself, and nobody can tell
 // whether a token sent across it arrived. The peer that would start a
 // round on a suspicion (the coordinator, or the one that last sent the
 // token there) starts one when such a peer is back: the statuses carry
@@ -224,7 +225,9 @@ func (s *suzukiKasami) step(ev event, out *output) {
 			s.onDetector(ev.msg.From, ev.kind == evSuspect, out)
 		}
 	case evReached:
-		if s.recovery {
+		if s.recovery && ev.msg.Ref == 0 {
+			// After a trust (Ref 1), onDetector has started what the
+			// change needs.
 			s.onReached(ev.msg.From, out)
 		}
 	}
