@@ -114,7 +114,7 @@ func recoveryRows() []recoveryRow {
 		}
 		if a.bigFence {
 			big := base(3, rec, imperfect, true)
-			big.MaxStates = 12_000_000 // Suzuki-Kasami's takes 8.9M states
+			big.MaxStates = 12_000_000 // Suzuki-Kasami's takes 7.3M states
 			big.MaxMemory = -1
 			rows = append(rows, recoveryRow{a.name, "`WithRecovery()`, imperfect detector, 1 false suspicion, fenced store", big, fenced, false, true})
 		}
