@@ -393,8 +393,18 @@ func TestRecoveryHealedPartition(t *testing.T) {
 						require.NoError(t, <-done)
 					}
 					if !long {
-						// Heal once the cut has lost both requests (or both entered).
-						eventually(t, "a loss or both entries", func() bool { return c.Network().Dropped() >= 2 || len(done) == 2 })
+						// Heal once the cut has lost something and the
+						// network has gone quiet (or both entered).
+						eventually(t, "a loss or both entries", func() bool { return c.Network().Dropped() > 0 || len(done) == 2 })
+						for quiet := 0; quiet < 3 && len(done) < 2; {
+							before := c.Stats().Messages
+							time.Sleep(10 * time.Millisecond)
+							if c.Stats().Messages == before {
+								quiet++
+							} else {
+								quiet = 0
+							}
+						}
 					}
 					c.Network().Heal()
 					if !long {
