@@ -328,3 +328,55 @@ func TestAgrawalElAbbadiRecoveryIgnoresNoPeer(t *testing.T) {
 		}
 	}
 }
+
+// TestAgrawalElAbbadiRecoveryStale steps a voter and a requester through
+// what a lost RELEASE leaves behind: a new request of the grantee is
+// queued, not taken for the old one; a new request of a queued peer is
+// queued beside its old one; a RELEASE takes out only the request it
+// names; a trust brings back only that peer's requests; and a stale vote
+// teaches the voter's clock as it goes back.
+func TestAgrawalElAbbadiRecoveryStale(t *testing.T) {
+	a := aeaRecovering(t, 0, 3)
+	aeaStep(a, aeaMsg(KindRequest, 2, 0, 1)) // granted
+	msgs, _, _ := aeaStep(a, aeaMsg(KindRequest, 2, 0, 3))
+	assert.Equal(t, []Message{{Kind: KindFailed, From: 0, To: 2, TS: 3}}, sent(msgs), "a new request behind the old grant")
+	assert.Equal(t, []mkEntry{{ts: 3, id: 2, failed: true}}, a.queue)
+
+	b := aeaRecovering(t, 0, 3)
+	aeaStep(b, aeaMsg(KindRequest, 1, 0, 1))
+	aeaStep(b, aeaMsg(KindRequest, 2, 0, 2))
+	aeaStep(b, aeaMsg(KindRequest, 2, 0, 5))
+	assert.Len(t, b.queue, 2, "a new request beside an old one")
+
+	c := aeaRecovering(t, 0, 3)
+	aeaStep(c, aeaMsg(KindRequest, 2, 0, 1))
+	aeaStep(c, aeaPeer(evSuspect, 2, 0))
+	aeaStep(c, aeaMsg(KindRequest, 2, 0, 3))
+	aeaStep(c, aeaPeer(evSuspect, 1, 0))
+	aeaStep(c, aeaMsg(KindRequest, 1, 0, 4))
+	require.Equal(t, []mkEntry{{ts: 1, id: 2, failed: true}, {ts: 3, id: 2}, {ts: 4, id: 1}}, c.parked)
+	aeaStep(c, aeaMsg(KindRelease, 2, 0, 1))
+	assert.Equal(t, []mkEntry{{ts: 3, id: 2}, {ts: 4, id: 1}}, c.parked, "only the request the RELEASE names")
+	msgs, _, _ = aeaStep(c, aeaPeer(evTrust, 1, 0))
+	assert.Equal(t, []Message{{Kind: KindLocked, From: 0, To: 1, TS: 4}}, sent(msgs))
+	assert.Equal(t, []mkEntry{{ts: 3, id: 2}}, c.parked, "only the trusted peer's requests come back")
+
+	d := aeaRecovering(t, 1, 3)
+	aeaStep(d, event{kind: evMessage, msg: Message{Kind: KindLocked, From: 0, To: 1, TS: 2, Ref: 9}})
+	assert.Equal(t, uint64(9), d.clock, "a stale vote's clock is seen")
+}
+
+// TestAgrawalElAbbadiRecoveryNoSender: a message from no peer changes
+// nothing (the runtime and the World deliver none).
+func TestAgrawalElAbbadiRecoveryNoSender(t *testing.T) {
+	for k := KindRequest; k < numKinds; k++ {
+		for _, j := range []int{-1, 3} {
+			a := aeaRecovering(t, 0, 3)
+			aeaStep(a, event{kind: evRequest})
+			before := a.appendState(nil)
+			msgs, _, _ := aeaStep(a, aeaMsg(k, j, 0, 1))
+			assert.Empty(t, msgs, "%v from %d", k, j)
+			assert.Equal(t, before, a.appendState(nil), "%v from %d", k, j)
+		}
+	}
+}
