@@ -380,3 +380,31 @@ func TestAgrawalElAbbadiRecoveryNoSender(t *testing.T) {
 		}
 	}
 }
+
+// TestAgrawalElAbbadiRecoveryDescribed: the requests set aside are in the
+// encoding, each with its stamp and peer, and the suspects and the
+// requests set aside are described, with recovery only.
+func TestAgrawalElAbbadiRecoveryDescribed(t *testing.T) {
+	enc := func(parked ...mkEntry) string {
+		a := aeaRecovering(t, 0, 3)
+		a.parked = parked
+		return string(a.appendState(nil))
+	}
+	seen := map[string]bool{}
+	for _, p := range [][]mkEntry{nil, {{ts: 3, id: 2}}, {{ts: 4, id: 2}}, {{ts: 3, id: 1}}, {{ts: 3, id: 2, failed: true}}, {{ts: 3, id: 2}, {ts: 4, id: 1}}} {
+		e := enc(p...)
+		assert.False(t, seen[e], "%v encodes as another", p)
+		seen[e] = true
+	}
+	a := aeaRecovering(t, 0, 3)
+	aeaStep(a, aeaPeer(evSuspect, 1, 0))
+	aeaStep(a, aeaMsg(KindRequest, 1, 0, 2))
+	fs := a.describe()
+	assert.Equal(t, Field{"suspects", describePeers([]int{1})}, fs[len(fs)-2])
+	assert.Equal(t, Field{"set aside", "[(2,P1)]"}, fs[len(fs)-1])
+	m, err := newAgrawalElAbbadi(0, 3, &config{})
+	require.NoError(t, err)
+	for _, f := range m.(*agrawalElAbbadi).describe() {
+		assert.NotContains(t, []string{"suspects", "set aside"}, f.Name, "without recovery")
+	}
+}
