@@ -228,3 +228,27 @@ func TestPeerStatusState(t *testing.T) {
 		}
 	}
 }
+
+// TestWorldPendingCountsQueuedCallers: PeerStatus.Pending counts the
+// local callers queued behind the one whose request is out, and, while
+// the peer is inside, those behind the holder.
+func TestWorldPendingCountsQueuedCallers(t *testing.T) {
+	w, err := NewWorld(RicartAgrawala, 2)
+	require.NoError(t, err)
+	for want := range 3 {
+		require.NoError(t, w.Request(0))
+		assert.Equal(t, want, w.Peer(0).Pending, "after %d calls", want+1)
+		assert.True(t, w.Peer(0).Waiting)
+	}
+	for len(w.Messages()) > 0 {
+		_, err := w.Apply(w.Transitions()[0])
+		require.NoError(t, err)
+	}
+	require.True(t, w.Peer(0).Inside)
+	assert.Equal(t, 2, w.Peer(0).Pending, "two callers behind the holder")
+	tr, ok := w.Find("l0")
+	require.True(t, ok, "P0 may leave in\n%v", w)
+	_, err = w.Apply(tr)
+	require.NoError(t, err)
+	assert.Equal(t, 1, w.Peer(0).Pending, "the next caller's request is out, one behind it")
+}
