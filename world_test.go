@@ -251,4 +251,11 @@ func TestWorldPendingCountsQueuedCallers(t *testing.T) {
 	_, err = w.Apply(tr)
 	require.NoError(t, err)
 	assert.Equal(t, 1, w.Peer(0).Pending, "the next caller's request is out, one behind it")
+
+	// A caller that gives up leaves its request out, with nobody behind it.
+	w, err = NewWorld(RicartAgrawala, 2)
+	require.NoError(t, err)
+	require.NoError(t, w.Request(0))
+	require.NoError(t, w.Cancel(0))
+	assert.Equal(t, 0, w.Peer(0).Pending, "a request out for nobody")
 }
