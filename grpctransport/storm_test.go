@@ -62,6 +62,27 @@ func stormPeers(t *testing.T, alg dmutex.Algorithm, n int, opts ...dmutex.Option
 	return peers, pxs
 }
 
+// lockLoop locks p, each attempt bounded by limit, runs hold inside and
+// unlocks, again and again until stop is closed.
+func lockLoop(p *dmutex.Peer, limit time.Duration, stop <-chan struct{}, hold func()) {
+	for {
+		select {
+		case <-stop:
+			return
+		default:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), limit)
+		err := p.LockContext(ctx)
+		cancel()
+		if err != nil {
+			time.Sleep(time.Millisecond)
+			continue
+		}
+		hold()
+		p.Unlock()
+	}
+}
+
 // isolate cuts peer k's links both ways, or, with cut false, lets them
 // connect again.
 func isolate(pxs [][]*proxy, k int, cut bool) {
@@ -114,25 +135,12 @@ func TestPartitionStormOverGRPC(t *testing.T) {
 			}
 			for _, p := range peers {
 				wg.Go(func() {
-					for {
-						select {
-						case <-stop:
-							return
-						default:
-						}
-						ctx, cancel := context.WithTimeout(context.Background(), 2*after)
-						err := p.LockContext(ctx)
-						cancel()
-						if err != nil {
-							time.Sleep(time.Millisecond)
-							continue
-						}
+					lockLoop(p, 2*after, stop, func() {
 						f := p.Fence()
 						write(p.ID(), f)
 						time.Sleep(time.Millisecond)
 						write(p.ID(), f)
-						p.Unlock()
-					}
+					})
 				})
 			}
 			rng := rand.New(rand.NewPCG(uint64(alg), 23))
@@ -214,27 +222,14 @@ func TestStaggeredStartOverGRPC(t *testing.T) {
 				require.NoError(t, err)
 				t.Cleanup(func() { require.NoError(t, p.Close()) })
 				wg.Go(func() {
-					for {
-						select {
-						case <-stop:
-							return
-						default:
-						}
-						ctx, cancel := context.WithTimeout(context.Background(), 2*after)
-						err := p.LockContext(ctx)
-						cancel()
-						if err != nil {
-							time.Sleep(time.Millisecond)
-							continue
-						}
+					lockLoop(p, 2*after, stop, func() {
 						if inside.Add(1) > 1 {
 							t.Errorf("peer %d entered while another peer was inside", i)
 						}
 						entered[i].Add(1)
 						time.Sleep(time.Millisecond)
 						inside.Add(-1)
-						p.Unlock()
-					}
+					})
 				})
 			}
 			// Once all three run, each enters.
