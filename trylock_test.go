@@ -477,3 +477,27 @@ func TestTryRefusedAfterAQueuedCallerGaveUp(t *testing.T) {
 		t.Fatal("the try's caller was never answered")
 	}
 }
+
+// TestTryAnsweredAfterALockCallerGaveUp: a Lock caller queued behind an
+// outstanding try gives up; the try's answer still goes to the try's
+// caller.
+func TestTryAnsweredAfterALockCallerGaveUp(t *testing.T) {
+	tr := newScriptTransport()
+	p, err := NewPeer(RicartAgrawala, 0, 2, tr)
+	require.NoError(t, err)
+	defer p.Close()
+	tried := make(chan error, 1)
+	go func() { tried <- p.TryLockContext(context.Background()) }()
+	try := tr.nextSent(t)
+	require.Equal(t, KindTry, try.Kind)
+	waitParked(t, "(*Peer).wait(", "chan receive", "the try")
+	ctx, cancel := context.WithCancel(context.Background())
+	locked := make(chan error, 1)
+	go func() { locked <- p.LockContext(ctx) }()
+	waitParked(t, "(*Peer).wait(", "select", "the Lock caller queued behind the try")
+	cancel()
+	require.ErrorIs(t, <-locked, context.Canceled)
+	tr.in <- Message{Kind: KindReply, From: 1, To: 0, TS: 1, Ref: try.TS}
+	require.NoError(t, <-tried, "the try's caller is let in")
+	p.Unlock()
+}
