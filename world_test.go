@@ -259,3 +259,20 @@ func TestWorldPendingCountsQueuedCallers(t *testing.T) {
 	require.NoError(t, w.Cancel(0))
 	assert.Equal(t, 0, w.Peer(0).Pending, "a request out for nobody")
 }
+
+// TestWorldTryInAMinorityRefused: with recovery, a peer that suspects
+// more than (n-1)/2 others makes no try: Try answers ErrLocked and the
+// machine sends nothing, as a Lock caller's request waits (driver.try).
+func TestWorldTryInAMinorityRefused(t *testing.T) {
+	w, err := NewWorld(RicartAgrawala, 3, WithRecovery())
+	require.NoError(t, err)
+	w.f.detector, w.f.falseLeft = DetectorImperfect, 2
+	for _, j := range []int{1, 2} {
+		_, err := w.Suspect(0, j)
+		require.NoError(t, err)
+	}
+	sent := w.Stats().Messages
+	require.ErrorIs(t, w.Try(0), ErrLocked)
+	assert.Equal(t, sent, w.Stats().Messages)
+	assert.False(t, w.Peer(0).Trying)
+}
