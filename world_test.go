@@ -276,3 +276,19 @@ func TestWorldTryInAMinorityRefused(t *testing.T) {
 	assert.Equal(t, sent, w.Stats().Messages)
 	assert.False(t, w.Peer(0).Trying)
 }
+
+// TestWorldCancelBehindATry: the caller queued behind an outstanding try
+// gives up; the try's caller still gets the critical section.
+func TestWorldCancelBehindATry(t *testing.T) {
+	w, err := NewWorld(RicartAgrawala, 2)
+	require.NoError(t, err)
+	require.NoError(t, w.Try(0))
+	require.NoError(t, w.Request(0))
+	require.NoError(t, w.Cancel(0))
+	for len(w.Messages()) > 0 {
+		_, err := w.Apply(w.Transitions()[0])
+		require.NoError(t, err)
+	}
+	assert.True(t, w.Peer(0).Inside, "the try's caller is inside:\n%v", w)
+	assert.Zero(t, w.Peer(0).Pending)
+}
