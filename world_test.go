@@ -292,3 +292,19 @@ func TestWorldCancelBehindATry(t *testing.T) {
 	assert.True(t, w.Peer(0).Inside, "the try's caller is inside:\n%v", w)
 	assert.Zero(t, w.Peer(0).Pending)
 }
+
+// TestWorldNoRecoveryNoMinority: without WithRecovery a peer that
+// suspects every other still sends its request: the majority rule holds
+// back only peers whose machines act on suspicions.
+func TestWorldNoRecoveryNoMinority(t *testing.T) {
+	w, err := NewWorld(RicartAgrawala, 3)
+	require.NoError(t, err)
+	w.f.detector, w.f.falseLeft = DetectorImperfect, 2
+	for _, j := range []int{1, 2} {
+		_, err := w.Suspect(0, j)
+		require.NoError(t, err)
+	}
+	sent := w.Stats().Messages
+	require.NoError(t, w.Request(0))
+	assert.Equal(t, sent+2, w.Stats().Messages, "the request goes to both others")
+}
