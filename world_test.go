@@ -308,3 +308,83 @@ func TestWorldNoRecoveryNoMinority(t *testing.T) {
 	require.NoError(t, w.Request(0))
 	assert.Equal(t, sent+2, w.Stats().Messages, "the request goes to both others")
 }
+
+// deliverAll delivers every message in flight, first come first, until
+// none is left, and fails the test if that takes more than limit
+// deliveries.
+func deliverAll(t *testing.T, w *World, limit int) {
+	t.Helper()
+	for range limit {
+		var next *Transition
+		for _, tr := range w.Transitions() {
+			if tr.Kind == TransDeliver {
+				next = &tr
+				break
+			}
+		}
+		if next == nil {
+			return
+		}
+		_, err := w.Apply(*next)
+		require.NoError(t, err)
+	}
+	t.Fatalf("still delivering after %d messages:\n%v", limit, w)
+}
+
+// TestWorldRefusedTryAfterALockCallerGaveUp: a caller of Lock queues
+// behind an outstanding try and gives up; the try is then refused. Its
+// caller is told, and no request goes out for the caller that left.
+func TestWorldRefusedTryAfterALockCallerGaveUp(t *testing.T) {
+	w, err := NewWorld(Centralized, 2)
+	require.NoError(t, err)
+	require.NoError(t, w.Request(0))
+	deliverAll(t, w, 10)
+	require.True(t, w.Peer(0).Inside, "P0 holds the coordinator's grant:\n%v", w)
+	require.NoError(t, w.Try(1))
+	require.NoError(t, w.Request(1))
+	require.NoError(t, w.Cancel(1))
+	sent := w.Stats().Messages
+	deliverAll(t, w, 10)
+	p1 := w.Peer(1)
+	assert.False(t, p1.Waiting, "the try was refused and nothing else is asked for:\n%v", w)
+	assert.Zero(t, p1.Pending)
+	assert.Equal(t, sent+1, w.Stats().Messages, "the coordinator's refusal is the only message:\n%v", w)
+}
+
+// TestWorldMinorityEntryKeepsItsEpoch: a peer whose request went out
+// before it fell into a minority may still enter, with every other
+// peer's permission; the suspicion it was told of before is taken back,
+// so its fence is the next one of its epoch, not the first of a new one.
+func TestWorldMinorityEntryKeepsItsEpoch(t *testing.T) {
+	w, err := NewWorld(RicartAgrawala, 3, WithRecovery())
+	require.NoError(t, err)
+	for i := range w.peers {
+		w.peers[i].d.fenced = true
+	}
+	w.f.detector, w.f.falseLeft = DetectorImperfect, 2
+	require.NoError(t, w.Request(0))
+	for _, j := range []int{1, 2} {
+		_, err := w.Suspect(0, j)
+		require.NoError(t, err)
+	}
+	deliverAll(t, w, 20)
+	require.True(t, w.Peer(0).Inside, "P0 enters with both replies:\n%v", w)
+	f := w.peers[0].d.holdFence
+	assert.Less(t, f, uint64(FenceEpoch), "fence %s: no new epoch for an entry with everyone's permission", formatFence(f))
+	assert.NotZero(t, f)
+}
+
+// TestWorldNaiveVariantActsOnEverySuspicion: without WithRecovery there
+// is no majority rule, and a textbook naive recovery acts on every
+// suspicion it is told of: P0, suspecting both others, enters alone.
+func TestWorldNaiveVariantActsOnEverySuspicion(t *testing.T) {
+	w, err := NewWorld(RicartAgrawala, 3, WithVariant("ricart-agrawala-naive-exclusion"))
+	require.NoError(t, err)
+	w.f.detector, w.f.falseLeft = DetectorImperfect, 2
+	require.NoError(t, w.Request(0))
+	for _, j := range []int{1, 2} {
+		_, err := w.Suspect(0, j)
+		require.NoError(t, err)
+	}
+	assert.True(t, w.Peer(0).Inside, "the naive exclusion lets P0 in without the peers it suspects:\n%v", w)
+}
