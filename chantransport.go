@@ -76,6 +76,9 @@ const mailboxSize = 16
 type ChanNetwork struct {
 	eps []*ChanEndpoint
 
+	floorMu sync.Mutex
+	floors  map[int]uint64 // the fence floors of the peers NewPeer started here, by id; see claimFloor
+
 	faulty     atomic.Bool // set once faults exists; see faults.go
 	faultsOnce sync.Once
 	faults     *faultState
@@ -107,6 +110,27 @@ func (nw *ChanNetwork) Endpoint(id int) *ChanEndpoint {
 		panic(fmt.Sprintf("dmutex: endpoint %d out of range [0, %d)", id, len(nw.eps)))
 	}
 	return nw.eps[id]
+}
+
+// claimFloor records that peer id runs with fence floor floor, unless
+// another peer started on the network was given a floor too far from it.
+// A peer started again with the same id takes its place.
+func (e *ChanEndpoint) claimFloor(id int, floor uint64) error {
+	nw := e.net
+	nw.floorMu.Lock()
+	defer nw.floorMu.Unlock()
+	for j, f := range nw.floors {
+		if j != id {
+			if err := FloorsApart(j, f, id, floor); err != nil {
+				return err
+			}
+		}
+	}
+	if nw.floors == nil {
+		nw.floors = make(map[int]uint64)
+	}
+	nw.floors[id] = floor
+	return nil
 }
 
 // A ChanEndpoint is one peer's Transport on a ChanNetwork.

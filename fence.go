@@ -21,6 +21,19 @@ const MaxFenceFloor = MaxFence - FenceWindow
 // fences from each other's messages, so peers of one cluster may be given
 // different floors; each hands out fences above the largest it has seen.
 //
+// Different floors must lie within MaxFloorSpread of each other: a peer
+// refuses a message whose fence is more than FenceWindow above its own,
+// so a peer given a floor far above another's would never be heard by it,
+// and no Lock could end. Where the floors are known together, a cluster
+// that breaks the rule is refused before it starts, with an error naming
+// both peers and both floors: peers started by NewPeer on one ChanNetwork
+// (the second NewPeer fails), and peers over grpctransport given their
+// floor there too (grpctransport.WithFenceFloor; NewPeer refuses a
+// transport whose floor differs from the peer's), whose first stream
+// between the two is refused and whose Err says why. Wherever else such
+// a message arrives, it is refused as FenceWindow says, and a LockContext
+// of the refusing peer that gives up says why in its error.
+//
 // A floor above MaxFenceFloor is an error wrapping ErrInvalidConfig, so
 // that the fences cannot run out. WithFenceFloor applies to clusters, to
 // NewPeer, and to a World, whose fenced store (CheckConfig.Fenced) sees
@@ -38,6 +51,30 @@ func WithFenceFloor(floor uint64) Option {
 			return nil
 		},
 	}
+}
+
+// MaxFloorSpread is how far apart the floors (WithFenceFloor) of two peers
+// of one cluster may lie: half of FenceWindow, so that the other half is
+// left for the entries that one peer makes without the other hearing of
+// them.
+const MaxFloorSpread = FenceWindow / 2
+
+// FloorsApart returns an error wrapping ErrInvalidConfig that names both
+// peers and both floors, the lower id first, if peer i's floor fi and peer
+// j's floor fj lie more than MaxFloorSpread apart, and nil otherwise. Transports that learn other peers' floors (such as
+// grpctransport) use it to refuse a cluster that could not work.
+func FloorsApart(i int, fi uint64, j int, fj uint64) error {
+	lo, hi := min(fi, fj), max(fi, fj)
+	if hi-lo <= MaxFloorSpread {
+		return nil
+	}
+	if j < i {
+		i, fi, j, fj = j, fj, i, fi // the lower id first, whichever side finds it
+	}
+	return fmt.Errorf("%w: fence floors too far apart: peer %d was given floor %d and peer %d floor %d (WithFenceFloor), "+
+		"more than MaxFloorSpread (%d) apart, so the lower would refuse every message of the higher; "+
+		"give every peer of the cluster the same floor, such as the highest either was given",
+		ErrInvalidConfig, i, fi, j, fj, uint64(MaxFloorSpread))
 }
 
 // FenceEpoch is the size of a fence epoch under WithRecovery: the first

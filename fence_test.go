@@ -1,6 +1,7 @@
 package dmutex
 
 import (
+	"context"
 	"fmt"
 	"math"
 	"strconv"
@@ -115,4 +116,65 @@ func TestFenceFloorOption(t *testing.T) {
 	lockWithin(t, peer, time.Minute)
 	assert.Equal(t, uint64(42), peer.Fence())
 	peer.Unlock()
+}
+
+// TestFloorsApartInMemory gives peer 0 the floor 2^48+10 and the others
+// 0, as a state file taken from a store with nanosecond fences would.
+// Before, every LockContext timed out with nothing but Stats().Refused to
+// show for it. On one ChanNetwork the floors are known together: the
+// first NewPeer whose floor lies too far from another's is refused,
+// naming both peers and both floors; floors MaxFloorSpread apart work.
+// Over a transport that cannot tell, the peer that refuses the messages
+// says why in the error of the LockContext that gives up.
+func TestFloorsApartInMemory(t *testing.T) {
+	const high = 1<<48 + 10
+	for _, alg := range []Algorithm{RicartAgrawala, SuzukiKasami, Centralized} {
+		t.Run(alg.String(), func(t *testing.T) {
+			nw := NewChanNetwork(3)
+			defer nw.Close()
+			p0, err := NewPeer(alg, 0, 3, nw.Endpoint(0), WithFenceFloor(high))
+			require.NoError(t, err)
+			defer p0.Close()
+			_, err = NewPeer(alg, 1, 3, nw.Endpoint(1))
+			require.ErrorIs(t, err, ErrInvalidConfig)
+			assert.ErrorContains(t, err, fmt.Sprintf("fence floors too far apart: peer 0 was given floor %d and peer 1 floor 0 (WithFenceFloor)", uint64(high)))
+			// Within the spread, both directions, the later peers start.
+			p1, err := NewPeer(alg, 1, 3, nw.Endpoint(1), WithFenceFloor(high-MaxFloorSpread))
+			require.NoError(t, err)
+			defer p1.Close()
+			_, err = NewPeer(alg, 2, 3, nw.Endpoint(2), WithFenceFloor(high-MaxFloorSpread-1))
+			assert.ErrorContains(t, err, "peer 0 was given floor")
+			p2, err := NewPeer(alg, 2, 3, nw.Endpoint(2), WithFenceFloor(high+MaxFloorSpread))
+			assert.ErrorContains(t, err, "peer 1 was given floor", "peer 2's floor is within peer 0's spread but not peer 1's")
+			require.Nil(t, p2)
+			p2, err = NewPeer(alg, 2, 3, nw.Endpoint(2), WithFenceFloor(high))
+			require.NoError(t, err)
+			defer p2.Close()
+			for _, p := range []*Peer{p1, p0, p2, p1} {
+				assert.Greater(t, lockFence(t, p), uint64(high))
+			}
+		})
+	}
+
+	t.Run("refused messages say why", func(t *testing.T) {
+		// plainTransport hides the endpoint's floor claim too: a
+		// transport that knows nothing of the other peers' floors.
+		nw := NewChanNetwork(2)
+		defer nw.Close()
+		p0, err := NewPeer(RicartAgrawala, 0, 2, plainTransport{nw.Endpoint(0)}, WithFenceFloor(high))
+		require.NoError(t, err)
+		defer p0.Close()
+		p1, err := NewPeer(RicartAgrawala, 1, 2, plainTransport{nw.Endpoint(1)})
+		require.NoError(t, err)
+		defer p1.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		defer cancel()
+		// Peer 1 asks, peer 0 answers with its fence, and peer 1 refuses
+		// the answer.
+		err = p1.LockContext(ctx)
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+		assert.ErrorContains(t, err, fmt.Sprintf("peer 1 refused a reply of peer 0 whose fence %d is more than FenceWindow above its own 0", uint64(high)))
+		assert.ErrorContains(t, err, "MaxFloorSpread")
+		assert.Equal(t, uint64(1), p1.Stats().Refused)
+	})
 }

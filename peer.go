@@ -36,6 +36,7 @@ type Peer struct {
 	sent      [numKinds]uint64
 	delivered uint64   // messages stepped; with sent, tells tests when the network is quiet
 	refused   uint64   // messages dropped unstepped: malformed, or a fence beyond the bound
+	farFence  error    // why the last message with a fence beyond the window was refused; nil if none was
 	fast      fastPath // re-entry without the mutex or the machine; see fastpath.go
 	reach     reach    // WithUnreachableAfter; see reach.go
 	held      holdLost // whether the current hold may be lost; see holdlost.go
@@ -78,11 +79,28 @@ func NewPeer(alg Algorithm, id, n int, tr Transport, opts ...Option) (*Peer, err
 	if _, ok := tr.(Reachability); cfg.unreachableAfter > 0 && !ok {
 		return nil, fmt.Errorf("%w: WithUnreachableAfter: transport %T does not implement Reachability", ErrInvalidConfig, tr)
 	}
+	if f, ok := tr.(interface{ FenceFloor() uint64 }); ok && f.FenceFloor() != cfg.fenceFloor {
+		return nil, fmt.Errorf("%w: the transport announces fence floor %d to the other peers, but the peer was given %d (WithFenceFloor): give both the same floor",
+			ErrInvalidConfig, f.FenceFloor(), cfg.fenceFloor)
+	}
 	m, err := cfg.newMachine(alg, id, n)
 	if err != nil {
 		return nil, err
 	}
+	if c, ok := tr.(floorClaimer); ok {
+		if err := c.claimFloor(id, cfg.fenceFloor); err != nil {
+			return nil, err
+		}
+	}
 	return startPeer(alg, id, n, m, tr, cfg), nil
+}
+
+// A floorClaimer is a transport that knows the floors (WithFenceFloor) of
+// the other peers started on it, as a ChanEndpoint does: claimFloor
+// records peer id's floor, or returns FloorsApart's error if it lies too
+// far from another's.
+type floorClaimer interface {
+	claimFloor(id int, floor uint64) error
 }
 
 // isNil reports whether v is nil or an interface holding a nil pointer,
@@ -200,7 +218,7 @@ func (p *Peer) wait(ctx context.Context, w *waiter, sus <-chan struct{}) error {
 		case <-w.ch:
 			return w.done()
 		case <-ctx.Done():
-			return p.abandon(w, ctx.Err())
+			return p.abandon(w, p.gaveUp(ctx.Err()))
 		case <-sus:
 			p.mu.Lock()
 			err := p.unreachableLocked()
@@ -211,6 +229,25 @@ func (p *Peer) wait(ctx context.Context, w *waiter, sus <-chan struct{}) error {
 			}
 		}
 	}
+}
+
+// gaveUp returns err, the context's error that ends a wait, with what this
+// peer knows of why the cluster cannot answer: a message it refused for
+// its fence (see FenceWindow), and the transport's own reason to give up,
+// if it has an Err method (as grpctransport's) that returns one.
+func (p *Peer) gaveUp(err error) error {
+	p.mu.Lock()
+	far := p.farFence
+	p.mu.Unlock()
+	if far != nil {
+		err = fmt.Errorf("%w; %v", err, far)
+	}
+	if t, ok := p.tr.(interface{ Err() error }); ok {
+		if e := t.Err(); e != nil {
+			err = fmt.Errorf("%w; the transport gave up: %v", err, e)
+		}
+	}
+	return err
 }
 
 // request is LockContext's part under the peer's mutex, held with defer so
@@ -527,11 +564,18 @@ func (p *Peer) deliver(m Message) (waiting bool) {
 	if p.closed {
 		return false
 	}
-	if !m.Kind.Valid() || m.To != p.id || m.From < 0 || m.From >= p.n || m.From == p.id ||
-		m.Fence > MaxFence || m.Fence > p.fenceLocked()+FenceWindow {
+	if !m.Kind.Valid() || m.To != p.id || m.From < 0 || m.From >= p.n || m.From == p.id {
 		// A transport must not deliver such a message, and no correct
 		// peer sends one: refuse it, before it touches any state.
 		p.refused++
+		return false
+	}
+	if own := p.fenceLocked(); m.Fence > MaxFence || m.Fence > own+FenceWindow {
+		// Forged, or sent by a peer given a floor far above this one's:
+		// refuse it, and keep the reason for the callers that give up.
+		p.refused++
+		p.farFence = fmt.Errorf("peer %d refused a %v of peer %d whose fence %d is more than FenceWindow above its own %d "+
+			"(were the two given fence floors more than MaxFloorSpread apart? see WithFenceFloor)", p.id, m.Kind, m.From, m.Fence, own)
 		return false
 	}
 	p.delivered++
@@ -558,11 +602,15 @@ const MaxFence = 1<<62 - 1
 // fence by: a message whose Fence exceeds the receiver's own fence by more
 // is refused unstepped and counted in Stats.Refused, so that no single
 // forged message can use up the fencing tokens. A correct peer's message
-// is above the receiver's fence only by entries the receiver has not heard
-// of, so it exceeds the window only when the receiver has missed 2^48
-// entries (three days at a billion a second): in practice only an idle
-// token holder re-entering alone for that long, whose token would then be
-// refused. FenceWindow trades that for the bound on forgeries.
+// is above the receiver's fence only by the floors the two were given
+// (WithFenceFloor), at most MaxFloorSpread apart, and by entries the
+// receiver has not heard of, so it exceeds the window only when the
+// receiver has missed 2^47 entries (a day and a half at a billion a
+// second): in practice only an idle token holder re-entering alone for
+// that long, whose token would then be refused. FenceWindow trades that
+// for the bound on forgeries. A refused message is not silent: the
+// refusing peer keeps the reason (both peers and both fences), and a
+// LockContext of it that gives up returns it with the context's error.
 const FenceWindow = 1 << 48
 
 // fenceLocked returns the peer's fence, also while the fast path counts

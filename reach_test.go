@@ -195,7 +195,7 @@ func TestUnreachableOption(t *testing.T) {
 	require.ErrorIs(t, err, ErrInvalidConfig)
 }
 
-// plainTransport hides a ChanEndpoint's Reachability.
+// plainTransport hides a ChanEndpoint's Reachability and its floor claim.
 type plainTransport struct{ e *ChanEndpoint }
 
 func (p plainTransport) Send(to int, m Message) error { return p.e.Send(to, m) }
