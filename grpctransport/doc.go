@@ -39,9 +39,13 @@
 // numbers, so messages from one peer to another arrive in the order sent,
 // once each, across broken connections (see Transport). A stream opens
 // with a hello that names the sender, the cluster size, the algorithm and
-// its options (WithCluster): peers that disagree, or a restarted process
-// of a peer that the receiver had heard from, are refused with an error
-// naming both sides, which Barrier and Err return. A frame whose fencing
+// its options (WithCluster) and the peer's fence floor (WithFenceFloor):
+// peers that disagree (floors more than dmutex.MaxFloorSpread apart), or a
+// restarted process of a peer that the receiver had heard from, are
+// refused with an error naming both sides, which Barrier and Err return.
+// Under Insecure a refused incoming hello alone proves nothing, so the
+// receiver warns and goes on, and gives up only when the peer refuses the
+// stream it dialed to that peer's address (see Err). A frame whose fencing
 // token exceeds MaxFence is refused.
 //
 // # Security

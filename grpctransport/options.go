@@ -30,6 +30,7 @@ type options struct {
 	maxBackoff      time.Duration
 	maxFrame        int
 	alg, algOptions string // WithCluster
+	floor           uint64 // WithFenceFloor
 
 	noCertCheck bool                // withoutCertificateCheck: tests that play an impostor
 	serverOpts  []grpc.ServerOption // WithServerOptions
@@ -153,7 +154,9 @@ func WithMaxFrameSize(bytes int) Option {
 // (such as "implicit-replies"; empty for none). Every stream opens with
 // both and the cluster size, and a transport refuses a stream whose
 // sender differs in any of the three: both ends then give up, with an
-// error naming both sides that Barrier and Err return. Without
+// error naming both sides that Barrier and Err return (under Insecure, a
+// stream's claimed sender is not proven, so a refused stream alone does
+// not make the receiver give up; see Err). Without
 // WithCluster both are sent empty, which matches only peers that do not
 // give it either.
 func WithCluster(alg dmutex.Algorithm, settings string) Option {
@@ -162,6 +165,25 @@ func WithCluster(alg dmutex.Algorithm, settings string) Option {
 			return fmt.Errorf("%w: WithCluster(%v): unknown algorithm", dmutex.ErrInvalidConfig, alg)
 		}
 		o.alg, o.algOptions = alg.String(), settings
+		return nil
+	}}
+}
+
+// WithFenceFloor announces, in the hello that opens every stream, the
+// fence floor that this transport's peer was given with
+// dmutex.WithFenceFloor; 0 without it. A transport refuses a stream whose
+// sender's floor lies more than dmutex.MaxFloorSpread from its own, as
+// it refuses another cluster (see WithCluster): the peer with the lower
+// floor would refuse every message of the other, so no Lock could end.
+// Both ends then give up with an error naming both peers and both floors.
+// dmutex.NewPeer refuses a transport whose floor is not the peer's own.
+// A floor above dmutex.MaxFenceFloor is an error.
+func WithFenceFloor(floor uint64) Option {
+	return Option{name: "WithFenceFloor", apply: func(o *options) error {
+		if floor > dmutex.MaxFenceFloor {
+			return fmt.Errorf("%w: WithFenceFloor(%d): want at most %d (dmutex.MaxFenceFloor)", dmutex.ErrInvalidConfig, floor, uint64(dmutex.MaxFenceFloor))
+		}
+		o.floor = floor
 		return nil
 	}}
 }

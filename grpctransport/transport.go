@@ -104,6 +104,13 @@ type Transport struct {
 	fmu   sync.Mutex
 	fatal error // the first error that stopped the links for good; see Err
 
+	// Under Insecure, the peer whose refusal of this transport's stream
+	// made it give up (-1 if none), and, per sender, whether a hello of
+	// it was answered: Close waits a little for that peer's hello, so
+	// that the refusal it gets proves the mismatch to it too (see Err).
+	refusedBy atomic.Int64
+	answered  []atomic.Bool
+
 	mu      sync.Mutex // guards closed and wg.Add against Close
 	closed  bool
 	done    chan struct{}   // closed when Close begins
@@ -232,7 +239,9 @@ func New(id int, addrs []string, opts ...Option) (*Transport, error) {
 		bchanged: make(chan struct{}),
 		done:     make(chan struct{}),
 		stopped:  make(chan struct{}),
+		answered: make([]atomic.Bool, n),
 	}
+	t.refusedBy.Store(-1)
 	t.ctx, t.cancel = context.WithCancel(context.Background())
 	t.handshakes.log, t.handshakes.links = t.log, make([]linkTLS, n)
 
@@ -466,6 +475,7 @@ func (t *Transport) isClosed() bool {
 // flush. Every call, including one made while another is closing, waits
 // for the same end and returns nil.
 func (t *Transport) Close() error {
+	t.linger()
 	t.mu.Lock()
 	if t.closed {
 		t.mu.Unlock()
@@ -501,6 +511,27 @@ func (t *Transport) Close() error {
 	return nil
 }
 
+// lingerMax bounds how long Close waits in linger.
+const lingerMax = time.Second
+
+// linger waits, under Insecure, when a peer's refusal of this transport's
+// stream made it give up, until this transport has answered a stream of
+// that peer (refusing it, if the two disagree), or for lingerMax: that
+// peer needs the refusal of its own stream to give up (see Err).
+func (t *Transport) linger() {
+	j := t.refusedBy.Load()
+	if !t.opt.insecure || j < 0 || t.isClosed() {
+		return
+	}
+	for deadline := time.Now().Add(lingerMax); !t.answered[j].Load() && time.Now().Before(deadline); {
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// FenceFloor returns the floor given with WithFenceFloor, 0 without it:
+// dmutex.NewPeer checks that it is the peer's own.
+func (t *Transport) FenceFloor() uint64 { return t.opt.floor }
+
 func (t *Transport) closeConns() {
 	for _, o := range t.out {
 		if o != nil {
@@ -534,6 +565,10 @@ func (t *Transport) runLink(o *outbox) {
 		if status.Code(err) == codes.FailedPrecondition {
 			// The peer refused this cluster's configuration or this
 			// process: trying again cannot help.
+			// This side dialed peer o.to's own address and was answered
+			// there, so the refusal speaks for that peer even under
+			// Insecure: give up.
+			t.refusedBy.CompareAndSwap(-1, int64(o.to))
 			t.fail(fmt.Errorf("dmutex: peer %d refused peer %d: %s", o.to, t.id, strings.TrimPrefix(status.Convert(err).Message(), "dmutex: ")))
 			return
 		}
@@ -577,7 +612,7 @@ func (t *Transport) session(o *outbox) (err error) {
 	o.mu.Unlock()
 	hello := &wirepb.Frame{Hello: &wirepb.Hello{
 		From: uint32(t.id), To: uint32(o.to), N: uint32(t.n), Epoch: t.epoch, FirstSeq: first + 1,
-		Algorithm: t.opt.alg, Options: t.opt.algOptions,
+		Algorithm: t.opt.alg, Options: t.opt.algOptions, FenceFloor: t.opt.floor,
 	}}
 	if err := stream.Send(hello); err != nil {
 		if errors.Is(err, io.EOF) {
@@ -737,11 +772,25 @@ func (t *Transport) fail(err error) {
 
 // Err returns the error that made the transport give up on the cluster, or
 // nil. A transport gives up when a stream is refused, in either direction,
-// because the two peers disagree on the cluster (size, or algorithm and
-// options given with WithCluster), or because the sender is a restarted
-// process of a peer this transport had heard from before. The error names
-// both sides. The transport keeps running, but the cluster cannot work
-// until it is restarted with one configuration.
+// because the two peers disagree on the cluster (size, algorithm and
+// options given with WithCluster, or fence floors more than
+// dmutex.MaxFloorSpread apart, WithFenceFloor), or because the sender is
+// a restarted process of a peer this transport had heard from before. The
+// error names both sides. The transport keeps running, but the cluster
+// cannot work until it is restarted with one configuration.
+//
+// Under Insecure, nothing proves who opened an incoming stream, so a
+// stream whose hello claims another cluster is refused, logged at
+// warning level and counted in Stats.Refused, and the transport goes on:
+// one forged hello cannot stop a cluster. The mismatch is final only from
+// a refusal of this transport's own stream to the peer, dialed at the
+// address configured for it, which speaks for that peer: two honest
+// peers that disagree each refuse the other's stream, and so both give
+// up. A transport that gave up so waits in Close, for up to a second,
+// until it has answered the other peer's stream in turn, so that a peer
+// that exits at once still lets the other one know. With TLS, the
+// certificate proves the sender, and a refused incoming stream is final
+// too.
 func (t *Transport) Err() error {
 	t.fmu.Lock()
 	defer t.fmu.Unlock()
@@ -898,6 +947,11 @@ func (is *inStream) acknowledge() error {
 				return t.streamEnd(is.from, err)
 			}
 		case err := <-is.end:
+			if is.from >= 0 && status.Code(err) == codes.FailedPrecondition {
+				// The refusal goes out as this handler returns, and Close
+				// waits for handlers: see linger.
+				t.answered[is.from].Store(true)
+			}
 			if is.fatal != nil {
 				// Give up only now: a Barrier that returns at this and
 				// closes the transport must not cut the refusal off.
@@ -987,6 +1041,14 @@ func (is *inStream) read() error {
 	epoch := h.GetEpoch()
 	is.from, is.epoch = from, epoch
 	if err := t.sameCluster(h); err != nil {
+		if t.opt.insecure {
+			// Unproven: refuse it, so that an honest sender gives up,
+			// but go on; see Err.
+			t.refused.Add(1)
+			t.log.Warn("dmutex: grpctransport: stream refused, its hello claims another cluster; "+
+				"not giving up, since nothing proves who sent it (Insecure)", "from", from, "err", err)
+			return status.Error(codes.FailedPrecondition, err.Error())
+		}
 		is.fatal = err
 		return refuse(codes.FailedPrecondition, err)
 	}
@@ -1016,6 +1078,7 @@ func (is *inStream) read() error {
 	if !is.ackNow() {
 		return nil
 	}
+	t.answered[from].Store(true)
 
 	f = new(wirepb.Frame) // reused: each frame is decoded into it and copied out
 	var deliver func(dmutex.Message)
@@ -1104,6 +1167,9 @@ func (is *inStream) read() error {
 // this transport, and names both sides if not.
 func (t *Transport) sameCluster(h *wirepb.Hello) error {
 	if int64(h.GetN()) == int64(t.n) && h.GetAlgorithm() == t.opt.alg && h.GetOptions() == t.opt.algOptions {
+		if err := dmutex.FloorsApart(int(h.GetFrom()), h.GetFenceFloor(), t.id, t.opt.floor); err != nil {
+			return fmt.Errorf("dmutex: cluster mismatch: %s", strings.TrimPrefix(err.Error(), dmutex.ErrInvalidConfig.Error()+": "))
+		}
 		return nil
 	}
 	return fmt.Errorf("dmutex: cluster mismatch: peer %d runs %s, peer %d runs %s",

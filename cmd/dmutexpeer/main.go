@@ -28,7 +28,10 @@
 // nor from a named pipe, and refuses to start on anything else, naming it;
 // at start it removes the temporary files that a killed process of the
 // same id left. Every fence of a restarted cluster is then
-// above every fence the old one handed out.
+// above every fence the old one handed out. Each peer's floor goes in the
+// hello of its streams (grpctransport.WithFenceFloor): peers given
+// separate directories whose floors lie more than dmutex.MaxFloorSpread
+// apart refuse each other and exit with an error naming both floors.
 //
 // The log's lines are
 //
@@ -244,7 +247,16 @@ func (c *config) run(ctx context.Context, stdout, stderr io.Writer) (err error) 
 	}
 	defer func() { err = errors.Join(err, log.Close()) }()
 
+	var floor uint64
+	if c.stateDir != "" {
+		if floor, err = readFloor(ctx, c.stateDir, c.id); err != nil {
+			return err
+		}
+	}
 	opts := []grpctransport.Option{
+		// The floor goes in every hello: peers whose floors lie too far
+		// apart are refused at the first stream too.
+		grpctransport.WithFenceFloor(floor),
 		// Peers started with another -alg or another -peers list are
 		// refused at the first stream, and Barrier says so.
 		grpctransport.WithCluster(c.alg, ""),
@@ -264,14 +276,7 @@ func (c *config) run(ctx context.Context, stdout, stderr io.Writer) (err error) 
 	if err != nil {
 		return err
 	}
-	var popts []dmutex.Option
-	if c.stateDir != "" {
-		floor, err := readFloor(ctx, c.stateDir, c.id)
-		if err != nil {
-			return errors.Join(err, tr.Close())
-		}
-		popts = append(popts, dmutex.WithFenceFloor(floor))
-	}
+	popts := []dmutex.Option{dmutex.WithFenceFloor(floor)}
 	if c.recovery {
 		popts = append(popts, dmutex.WithRecovery(), dmutex.WithUnreachableAfter(c.unreachableAfter))
 	}

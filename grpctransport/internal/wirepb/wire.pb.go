@@ -133,8 +133,14 @@ type Hello struct {
 	// with FAILED_PRECONDITION, and so does it a stream from a new epoch of
 	// a sender it has heard from before: a restarted peer has lost its
 	// protocol state.
-	Algorithm     string `protobuf:"bytes,6,opt,name=algorithm,proto3" json:"algorithm,omitempty"`
-	Options       string `protobuf:"bytes,7,opt,name=options,proto3" json:"options,omitempty"`
+	Algorithm string `protobuf:"bytes,6,opt,name=algorithm,proto3" json:"algorithm,omitempty"`
+	Options   string `protobuf:"bytes,7,opt,name=options,proto3" json:"options,omitempty"`
+	// The fence floor the sender's peer was given (dmutex.WithFenceFloor),
+	// 0 if none. The receiver refuses, with FAILED_PRECONDITION, a stream
+	// whose floor lies more than dmutex.MaxFloorSpread from its own: it
+	// would refuse every message of the higher of the two. A hello without
+	// the field (from an older sender) claims floor 0.
+	FenceFloor    uint64 `protobuf:"varint,8,opt,name=fence_floor,json=fenceFloor,proto3" json:"fence_floor,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -216,6 +222,13 @@ func (x *Hello) GetOptions() string {
 		return x.Options
 	}
 	return ""
+}
+
+func (x *Hello) GetFenceFloor() uint64 {
+	if x != nil {
+		return x.FenceFloor
+	}
+	return 0
 }
 
 // Frame is one unit on a stream.
@@ -507,7 +520,7 @@ var File_wire_proto protoreflect.FileDescriptor
 const file_wire_proto_rawDesc = "" +
 	"\n" +
 	"\n" +
-	"wire.proto\x12\x0edmutex.wire.v1\"\xa4\x01\n" +
+	"wire.proto\x12\x0edmutex.wire.v1\"\xc5\x01\n" +
 	"\x05Hello\x12\x12\n" +
 	"\x04from\x18\x01 \x01(\rR\x04from\x12\x0e\n" +
 	"\x02to\x18\x02 \x01(\rR\x02to\x12\f\n" +
@@ -515,7 +528,9 @@ const file_wire_proto_rawDesc = "" +
 	"\x05epoch\x18\x04 \x01(\x04R\x05epoch\x12\x1b\n" +
 	"\tfirst_seq\x18\x05 \x01(\x04R\bfirstSeq\x12\x1c\n" +
 	"\talgorithm\x18\x06 \x01(\tR\talgorithm\x12\x18\n" +
-	"\aoptions\x18\a \x01(\tR\aoptions\"\xba\x01\n" +
+	"\aoptions\x18\a \x01(\tR\aoptions\x12\x1f\n" +
+	"\vfence_floor\x18\b \x01(\x04R\n" +
+	"fenceFloor\"\xba\x01\n" +
 	"\x05Frame\x12+\n" +
 	"\x05hello\x18\x01 \x01(\v2\x15.dmutex.wire.v1.HelloR\x05hello\x12\x10\n" +
 	"\x03seq\x18\x02 \x01(\x04R\x03seq\x12)\n" +

@@ -1,0 +1,155 @@
+package grpctransport
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/dmutex/dmutex"
+	"github.com/dmutex/dmutex/grpctransport/internal/wirepb"
+)
+
+// clusterPeers starts n peers of alg over Insecure transports that name
+// the algorithm (WithCluster), peer i with fence floor floors[i] given to
+// both the transport and the peer, logging into logs[i].
+func clusterPeers(t *testing.T, alg dmutex.Algorithm, floors []uint64) ([]*dmutex.Peer, []*Transport, []*logBuffer, []string) {
+	t.Helper()
+	n := len(floors)
+	ls, addrs := listeners(t, n)
+	peers := make([]*dmutex.Peer, n)
+	trs := make([]*Transport, n)
+	logs := make([]*logBuffer, n)
+	for i := range n {
+		logs[i] = new(logBuffer)
+		tr, err := New(i, addrs, WithListener(ls[i]), Insecure(), fastRetry, WithLogger(logs[i].logger()),
+			WithCluster(alg, ""), WithFenceFloor(floors[i]))
+		require.NoError(t, err)
+		p, err := dmutex.NewPeer(alg, i, n, tr, dmutex.WithFenceFloor(floors[i]))
+		if err != nil {
+			_ = tr.Close()
+		}
+		require.NoError(t, err)
+		peers[i], trs[i] = p, tr
+		t.Cleanup(func() { require.NoError(t, p.Close()) })
+	}
+	return peers, trs, logs, addrs
+}
+
+// TestFloorsApartOverGRPC gives one peer a fence floor of 2^48+10 and the
+// others 0, as a state file taken from a store with nanosecond fences
+// would. Before, every LockContext timed out and only Stats().Refused
+// showed anything. Now each pair refuses the other's stream at the hello,
+// every transport gives up with an error naming both peers and both
+// floors, and a LockContext that gives up returns it.
+func TestFloorsApartOverGRPC(t *testing.T) {
+	const high = 1<<48 + 10
+	for _, alg := range []dmutex.Algorithm{dmutex.RicartAgrawala, dmutex.SuzukiKasami, dmutex.Centralized} {
+		for _, n := range []int{2, 3} {
+			t.Run(fmt.Sprintf("%v/n=%d", alg, n), func(t *testing.T) {
+				floors := make([]uint64, n)
+				floors[0] = high
+				peers, trs, _, _ := clusterPeers(t, alg, floors)
+				for i, tr := range trs {
+					require.Eventually(t, func() bool { return tr.Err() != nil }, 20*time.Second, time.Millisecond, "peer %d never gave up", i)
+					err := tr.Err()
+					assert.ErrorContains(t, err, "fence floors too far apart")
+					assert.ErrorContains(t, err, fmt.Sprintf("peer 0 was given floor %d", uint64(high)))
+					assert.ErrorContains(t, err, "floor 0 (WithFenceFloor)")
+				}
+				for i, p := range peers {
+					ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+					err := p.LockContext(ctx)
+					cancel()
+					if err == nil {
+						p.Unlock() // a centralized coordinator or a token holder may enter alone
+						continue
+					}
+					require.ErrorIs(t, err, context.DeadlineExceeded, "peer %d", i)
+					assert.ErrorContains(t, err, "the transport gave up", "peer %d", i)
+					assert.ErrorContains(t, err, fmt.Sprint(uint64(high)), "peer %d", i)
+				}
+			})
+		}
+	}
+}
+
+// TestFloorsWithinTheSpreadWork gives two peers floors MaxFloorSpread
+// apart, the most allowed: the hellos pass, and both peers enter, the
+// low one with a fence above the high one's floor.
+func TestFloorsWithinTheSpreadWork(t *testing.T) {
+	peers, trs, _, _ := clusterPeers(t, dmutex.RicartAgrawala, []uint64{dmutex.MaxFloorSpread + 5, 5})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for _, p := range []*dmutex.Peer{peers[0], peers[1], peers[0]} {
+		require.NoError(t, p.LockContext(ctx))
+		p.Unlock()
+	}
+	require.NoError(t, peers[1].LockContext(ctx))
+	assert.Greater(t, peers[1].Fence(), uint64(dmutex.MaxFloorSpread+5))
+	peers[1].Unlock()
+	for _, tr := range trs {
+		assert.NoError(t, tr.Err())
+		assert.Zero(t, tr.Stats().Refused)
+	}
+}
+
+// TestNewPeerRefusesAnotherFloor: the transport announces one floor and
+// the peer was given another, so the check at the hello would be wrong.
+func TestNewPeerRefusesAnotherFloor(t *testing.T) {
+	ls, addrs := listeners(t, 1)
+	tr, err := New(0, addrs, WithListener(ls[0]), Insecure(), quiet, WithFenceFloor(7))
+	require.NoError(t, err)
+	defer func() { require.NoError(t, tr.Close()) }()
+	_, err = dmutex.NewPeer(dmutex.RicartAgrawala, 0, 1, tr)
+	require.ErrorIs(t, err, dmutex.ErrInvalidConfig)
+	assert.ErrorContains(t, err, "announces fence floor 7 to the other peers, but the peer was given 0")
+	_, err = New(0, addrs, Insecure(), WithFenceFloor(dmutex.MaxFenceFloor+1))
+	require.ErrorIs(t, err, dmutex.ErrInvalidConfig)
+	assert.ErrorContains(t, err, "WithFenceFloor")
+}
+
+// TestForgedHelloLeavesTheClusterWorking has a raw gRPC client send peer
+// 1 of a running Insecure cluster a hello claiming to be peer 0 with
+// n = 99 and no algorithm, then one claiming a far fence floor. Before,
+// peer 1 gave up on the first ("cluster mismatch") and dmutexpeer exited.
+// Now each is refused, logged at warning level and counted, and the
+// cluster goes on entering.
+func TestForgedHelloLeavesTheClusterWorking(t *testing.T) {
+	peers, trs, logs, addrs := clusterPeers(t, dmutex.RicartAgrawala, []uint64{0, 0, 0})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	lockAll := func() {
+		t.Helper()
+		for _, p := range peers {
+			require.NoError(t, p.LockContext(ctx))
+			p.Unlock()
+		}
+	}
+	lockAll()
+	forged := []*wirepb.Hello{
+		{From: 0, To: 1, N: 99, Epoch: 5, FirstSeq: 1},
+		{From: 0, To: 1, N: 3, Epoch: 6, FirstSeq: 1, Algorithm: dmutex.RicartAgrawala.String(), FenceFloor: 1 << 60},
+	}
+	for k, h := range forged {
+		b, err := proto.Marshal(&wirepb.Frame{Hello: h})
+		require.NoError(t, err)
+		err = refusal(t, addrs[1], nil, b)
+		require.Equal(t, codes.FailedPrecondition, status.Code(err), "forged hello %d: %v", k, err)
+		assert.ErrorContains(t, err, "cluster mismatch")
+	}
+	for i, tr := range trs {
+		assert.NoError(t, tr.Err(), "peer %d gave up", i)
+	}
+	assert.Equal(t, uint64(2), trs[1].Stats().Refused)
+	assert.Contains(t, logs[1].String(), "level=WARN")
+	assert.Contains(t, logs[1].String(), "claims another cluster")
+	assert.NotContains(t, logs[1].String(), "level=ERROR")
+	lockAll()
+}
