@@ -160,3 +160,44 @@ func recoveryGap(text string, victim int, killedAt int64) (time.Duration, string
 	}
 	return gap.Round(time.Millisecond), died
 }
+
+// TestStaggeredStart starts three dmutexpeer processes with -recovery and
+// a short -unreachable-after, a second apart, as a deployment started one
+// process at a time does: each later peer is unreachable for several
+// times the bound while the earlier ones already run. A peer never
+// reached is not suspected (dmutex.WithRecovery), so nobody goes on
+// without it: every peer makes all its entries, and the shared log shows
+// no two entries overlapping and fences strictly increasing.
+func TestStaggeredStart(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and starts processes")
+	}
+	bin := sharedBinary(t)
+	for _, alg := range []dmutex.Algorithm{dmutex.RicartAgrawala, dmutex.SuzukiKasami, dmutex.Centralized} {
+		t.Run(alg.String(), func(t *testing.T) {
+			const n, entries = 3, 30
+			logPath := filepath.Join(t.TempDir(), "shared.log")
+			peers := strings.Join(freeAddrs(t, n), ",")
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			cmds := make([]*exec.Cmd, n)
+			outs := make([]*bytes.Buffer, n)
+			for i := range n {
+				if i > 0 {
+					time.Sleep(time.Second)
+				}
+				cmds[i] = exec.CommandContext(ctx, bin, "-id", fmt.Sprint(i), "-peers", peers, "-alg", alg.String(), "-insecure",
+					"-entries", fmt.Sprint(entries), "-log", logPath, "-hold", "2ms", "-think", "5ms", "-timeout", "50s",
+					"-recovery", "-unreachable-after", "200ms")
+				outs[i] = new(bytes.Buffer)
+				cmds[i].Stdout, cmds[i].Stderr = outs[i], outs[i]
+				require.NoError(t, cmds[i].Start())
+			}
+			for i, c := range cmds {
+				require.NoError(t, c.Wait(), "peer %d: %s", i, outs[i])
+				require.Contains(t, outs[i].String(), fmt.Sprintf("entries=%d ", entries), "peer %d", i)
+			}
+			checkLog(t, logPath, n, entries)
+		})
+	}
+}
