@@ -829,17 +829,17 @@ func newChecker(cc CheckConfig) (*checker, error) {
 			return nil, fmt.Errorf("%w: PartialOrder for %d peers, want at most 64", ErrInvalidConfig, cc.N)
 		}
 	}
-	opts := slices.Clone(cc.Options)
-	if v != nil {
-		opts = append(opts, WithVariant(v.Name))
-	}
-	opts = append(opts, WithRequests(cc.Requests), WithTries(cc.Tries), WithoutTrace())
-	if cc.Network == NetworkUnordered {
-		// The checker is where one sees why an algorithm needs FIFO.
-		opts = append(opts, WithDelivery(DeliverReorder), WithUnsafeDelivery())
-	}
-	cfg, err := newConfig(cc.Algorithm, cc.N, forWorld, opts)
+	cfg, err := newConfig(cc.Algorithm, cc.N, forWorld, cc.Options)
 	if err != nil {
+		return nil, err
+	}
+	// The checker is where one sees why an algorithm needs FIFO: the
+	// world takes an unordered network for any algorithm.
+	wc := WorldConfig{Network: cc.Network, Requests: cc.Requests, Tries: cc.Tries, NoTrace: true}
+	if v != nil {
+		wc.Variant = v.Name
+	}
+	if err := wc.apply(cfg); err != nil {
 		return nil, err
 	}
 	cfg.fenced = cc.Fenced

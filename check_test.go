@@ -209,7 +209,7 @@ func TestModelCheck(t *testing.T) {
 			if exp.tokens {
 				assert.Implements(t, (*tokenHolder)(nil), m, "a token algorithm must report its token")
 			}
-			w, err := NewWorld(cc.v.alg, cc.n, cc.v.opts...)
+			w, err := NewWorld(cc.v.alg, cc.n, WorldConfig{}, cc.v.opts...)
 			require.NoError(t, err)
 			assert.Equal(t, exp.order, w.order, "the order the world holds the machines to")
 			checkStateCell(t, cc, res)
@@ -385,7 +385,7 @@ func (l *lifo) clone() machine { return &lifo{l.centralized.clone().(*centralize
 // vanished without a fault.
 func TestSimulationFindsVanishedToken(t *testing.T) {
 	for _, d := range []Delivery{DeliverFIFO, DeliverLockStep} {
-		s := simulation(t, variant{alg: Centralized}, 2, WithDelivery(d))
+		s := simulation(t, variant{alg: Centralized}, 2, SimConfig{Delivery: d})
 		s.w.replaceMachines(func(id, _ int) machine { return &dropper{token: id == 0} })
 		require.NoError(t, s.Request(0))
 		err := s.Run()
@@ -395,7 +395,7 @@ func TestSimulationFindsVanishedToken(t *testing.T) {
 }
 
 func TestSimulationFindsEntryOutOfOrder(t *testing.T) {
-	s := simulation(t, variant{alg: Centralized}, 2, WithDelivery(DeliverLockStep))
+	s := simulation(t, variant{alg: Centralized}, 2, SimConfig{Delivery: DeliverLockStep})
 	s.w.replaceMachines(backwards)
 	require.NoError(t, s.Request(0)) // the coordinator enters at once
 	require.NoError(t, s.Request(1))
@@ -405,7 +405,7 @@ func TestSimulationFindsEntryOutOfOrder(t *testing.T) {
 }
 
 func TestSimulationFindsForgedToken(t *testing.T) {
-	s := simulation(t, variant{alg: Centralized}, 2)
+	s := simulation(t, variant{alg: Centralized}, 2, SimConfig{})
 	s.w.replaceMachines(func(id, _ int) machine { return &forger{token: id == 0} })
 	require.NoError(t, s.Request(0))
 	require.NoError(t, s.Run())
@@ -539,20 +539,20 @@ func TestViolationKeepsOnlyTheConfiguration(t *testing.T) {
 }
 
 // TestCheckVariantsRefusedByClusters: a variant is for the simulator, the
-// world and the checker only.
+// world and the checker only, which take it in their configurations; New
+// and NewPeer have no way to take one.
 func TestCheckVariantsRefusedByClusters(t *testing.T) {
 	for _, v := range Variants() {
-		_, err := New(v.Algorithm, 3, WithVariant(v.Name))
-		require.ErrorIs(t, err, ErrInvalidConfig)
-		assert.Contains(t, err.Error(), "WithVariant does not apply to a cluster")
-		_, err = NewPeer(v.Algorithm, 0, 3, NewChanNetwork(3).Endpoint(0), WithVariant(v.Name))
-		require.ErrorIs(t, err, ErrInvalidConfig)
-		_, err = NewSimulation(v.Algorithm, 3, WithVariant(v.Name))
+		_, err := NewSimulation(v.Algorithm, 3, SimConfig{Variant: v.Name})
+		require.NoError(t, err)
+		_, err = NewWorld(v.Algorithm, 3, WorldConfig{Variant: v.Name})
 		require.NoError(t, err)
 	}
-	_, err := NewSimulation(Lamport, 3, WithVariant("maekawa-no-inquire"))
+	_, err := NewSimulation(Lamport, 3, SimConfig{Variant: "maekawa-no-inquire"})
 	require.ErrorIs(t, err, ErrInvalidConfig)
-	_, err = NewSimulation(Lamport, 3, WithVariant("nope"))
+	_, err = NewWorld(Lamport, 3, WorldConfig{Variant: "maekawa-no-inquire"})
+	require.ErrorIs(t, err, ErrInvalidConfig)
+	_, err = NewSimulation(Lamport, 3, SimConfig{Variant: "nope"})
 	require.ErrorIs(t, err, ErrInvalidConfig)
 	assert.Contains(t, err.Error(), `unknown variant "nope"`)
 }

@@ -14,7 +14,7 @@ import (
 // alone (uncounted, when first >= 0), then req enters alone; it returns
 // the messages of req's entry, counted once the cluster is quiet.
 func simCost(t testing.TB, alg Algorithm, n, first, req int, opts ...Option) uint64 {
-	s, err := NewSimulation(alg, n, opts...)
+	s, err := NewSimulation(alg, n, SimConfig{}, opts...)
 	require.NoError(t, err)
 	if first >= 0 {
 		require.NoError(t, s.Request(first))

@@ -22,7 +22,7 @@ func ExampleNewLodhaKshemkalyani() {
 	p.Unlock()
 	fmt.Println("alone:", c.Stats())
 
-	s, err := dmutex.NewSimulation(dmutex.LodhaKshemkalyani, 5)
+	s, err := dmutex.NewSimulation(dmutex.LodhaKshemkalyani, 5, dmutex.SimConfig{})
 	if err != nil {
 		fmt.Println(err)
 		return

@@ -13,7 +13,7 @@ import (
 // reply per pair of them.
 func ExampleSimulation_kContenders() {
 	for _, opts := range [][]dmutex.Option{nil, {dmutex.WithImplicitReplies()}} {
-		sim, err := dmutex.NewSimulation(dmutex.RicartAgrawala, 5, opts...)
+		sim, err := dmutex.NewSimulation(dmutex.RicartAgrawala, 5, dmutex.SimConfig{}, opts...)
 		if err != nil {
 			panic(err)
 		}
@@ -35,7 +35,7 @@ func ExampleSimulation_kContenders() {
 // A peer of a centralized cluster asks the coordinator, peer 0. Lock-step
 // delivery needs no seed: each round delivers what the last one sent.
 func ExampleSimulation_WriteLog() {
-	sim, err := dmutex.NewSimulation(dmutex.Centralized, 2, dmutex.WithDelivery(dmutex.DeliverLockStep))
+	sim, err := dmutex.NewSimulation(dmutex.Centralized, 2, dmutex.SimConfig{Delivery: dmutex.DeliverLockStep})
 	if err != nil {
 		panic(err)
 	}
@@ -62,7 +62,7 @@ func ExampleSimulation_WriteLog() {
 
 // The same run as a Mermaid sequence diagram, which renders on GitHub.
 func ExampleSimulation_WriteMermaid() {
-	sim, err := dmutex.NewSimulation(dmutex.Centralized, 2, dmutex.WithDelivery(dmutex.DeliverLockStep))
+	sim, err := dmutex.NewSimulation(dmutex.Centralized, 2, dmutex.SimConfig{Delivery: dmutex.DeliverLockStep})
 	if err != nil {
 		panic(err)
 	}
@@ -89,13 +89,13 @@ func ExampleSimulation_WriteMermaid() {
 
 // Lamport's algorithm needs FIFO channels, so a simulation refuses to
 // reorder its messages unless told to insist.
-func ExampleWithUnsafeDelivery() {
-	_, err := dmutex.NewSimulation(dmutex.Lamport, 3, dmutex.WithDelivery(dmutex.DeliverReorder))
+func ExampleSimConfig_unsafeDelivery() {
+	_, err := dmutex.NewSimulation(dmutex.Lamport, 3, dmutex.SimConfig{Delivery: dmutex.DeliverReorder})
 	fmt.Println(err)
-	_, err = dmutex.NewSimulation(dmutex.Lamport, 3, dmutex.WithDelivery(dmutex.DeliverReorder), dmutex.WithUnsafeDelivery())
+	_, err = dmutex.NewSimulation(dmutex.Lamport, 3, dmutex.SimConfig{Delivery: dmutex.DeliverReorder, UnsafeDelivery: true})
 	fmt.Println(err)
 	// Output:
-	// dmutex: invalid configuration: lamport needs FIFO channels and delivery reorder would reorder them (add WithUnsafeDelivery to insist)
+	// dmutex: invalid configuration: lamport needs FIFO channels and delivery reorder would reorder them (set SimConfig.UnsafeDelivery to insist)
 	// <nil>
 }
 
@@ -104,7 +104,7 @@ func ExampleWithUnsafeDelivery() {
 // says so with ErrBlocked rather than a violation: the algorithm assumes
 // no crashes. The log replays the run exactly, loss included.
 func ExampleSimulation_Crash() {
-	sim, err := dmutex.NewSimulation(dmutex.RicartAgrawala, 3, dmutex.WithDelivery(dmutex.DeliverLockStep))
+	sim, err := dmutex.NewSimulation(dmutex.RicartAgrawala, 3, dmutex.SimConfig{Delivery: dmutex.DeliverLockStep})
 	if err != nil {
 		panic(err)
 	}

@@ -358,7 +358,7 @@ func TestFailoverCost(t *testing.T) {
 				continue // peer 1 suspects its only other peer: in a minority, it takes nothing over (TestRecoveryLonePeer)
 			}
 			t.Run(fmt.Sprintf("n=%d/crash=%v", n, crash), func(t *testing.T) {
-				w, err := NewWorld(Centralized, n, WithRecovery())
+				w, err := NewWorld(Centralized, n, WorldConfig{}, WithRecovery())
 				require.NoError(t, err)
 				w.f.detector, w.f.falseLeft = DetectorImperfect, 1
 				apply := func(id string) {

@@ -188,16 +188,17 @@ func pathIndex(path string) (int, bool) {
 // TestMachineContract is the machine-contract test; see above.
 func TestMachineContract(t *testing.T) {
 	type config struct {
-		name string
-		alg  Algorithm
-		n    int
-		opts []Option
+		name    string
+		alg     Algorithm
+		n       int
+		variant string
+		opts    []Option
 	}
 	var configs []config
 	for _, alg := range Algorithms() {
 		for _, extra := range [][]Option{nil, {WithRecovery()}, {WithImplicitReplies()}} {
-			opts := append([]Option{WithRequests(2), WithTries(2)}, extra...)
-			if _, err := NewWorld(alg, 3, opts...); err != nil {
+			opts := extra
+			if _, err := NewWorld(alg, 3, WorldConfig{}, opts...); err != nil {
 				require.ErrorIs(t, err, ErrInvalidConfig)
 				continue // the option does not apply to alg
 			}
@@ -205,12 +206,11 @@ func TestMachineContract(t *testing.T) {
 			for _, o := range extra {
 				name += "+" + o.String()
 			}
-			configs = append(configs, config{name, alg, 3, opts})
+			configs = append(configs, config{name, alg, 3, "", opts})
 		}
 	}
 	for _, v := range Variants() {
-		opts := append([]Option{WithRequests(2), WithTries(2), WithVariant(v.Name)}, v.Options...)
-		configs = append(configs, config{v.Name, v.Algorithm, max(v.N, 3), opts})
+		configs = append(configs, config{v.Name, v.Algorithm, max(v.N, 3), v.Name, v.Options})
 	}
 	used := make(map[*unseenField]bool)
 	ran := make(map[Algorithm]bool) // with -run, not every algorithm's configurations run
@@ -235,7 +235,7 @@ func TestMachineContract(t *testing.T) {
 			mu.Lock()
 			ran[c.alg] = true
 			mu.Unlock()
-			states := contractStates(t, c.alg, c.n, c.opts)
+			states := contractStates(t, c.alg, c.n, c.variant, c.opts)
 			require.NotEmpty(t, states)
 			unseen := make(map[string]string) // encoding/field -> an example
 			copied := make(map[string]bool)   // what clone and assign got wrong, each once
@@ -317,10 +317,11 @@ func contractSeeds() int {
 
 // contractStates returns copies of the machines of seeded random runs of
 // alg's world: every peer's, every few steps.
-func contractStates(t *testing.T, alg Algorithm, n int, opts []Option) []machine {
+func contractStates(t *testing.T, alg Algorithm, n int, variant string, opts []Option) []machine {
 	var states []machine
 	for seed := range uint64(contractSeeds()) {
-		w, err := NewWorld(alg, n, append(opts, WithDelivery([]Delivery{DeliverFIFO, DeliverReorder}[seed%2]), WithUnsafeDelivery())...)
+		cfg := WorldConfig{Variant: variant, Requests: 2, Tries: 2, Network: []Network{NetworkFIFO, NetworkUnordered}[seed%2]}
+		w, err := NewWorld(alg, n, cfg, opts...)
 		require.NoError(t, err)
 		// Faults for the recoveries to act on, as Check injects them.
 		w.f.detector, w.f.falseLeft = DetectorImperfect, 1

@@ -119,7 +119,7 @@ func TestMaekawaVotesComeHome(t *testing.T) {
 // others while one request, arrived at all its voters, waited.
 func mkRun(t testing.TB, n, requests int, seed int64) (*Simulation, int) {
 	t.Helper()
-	s, err := NewSimulation(Maekawa, n, WithSeed(seed))
+	s, err := NewSimulation(Maekawa, n, SimConfig{Seed: uint64(seed)})
 	require.NoError(t, err)
 	for p := range n {
 		for range requests {

@@ -466,7 +466,7 @@ func TestNaimiTrehelTimed(t *testing.T) {
 // ever. The checker's crash of a waiting peer is enabled only while some
 // request waits, and a holder's crash is another fault.
 func TestNaimiTrehelWaitingCrashBreaksNext(t *testing.T) {
-	s, err := NewSimulation(NaimiTrehel, 3)
+	s, err := NewSimulation(NaimiTrehel, 3, SimConfig{})
 	require.NoError(t, err)
 	require.NoError(t, s.Request(0))
 	require.NoError(t, s.Run())

@@ -247,7 +247,7 @@ func TestWithObserverBadUse(t *testing.T) {
 	_, err = New(RicartAgrawala, 3, WithObserver((*countingObserver)(nil)))
 	require.ErrorIs(t, err, ErrInvalidConfig)
 	assert.Contains(t, err.Error(), "WithObserver((*dmutex.countingObserver)(nil))")
-	_, err = NewSimulation(RicartAgrawala, 3, WithObserver(newRecorder()))
+	_, err = NewSimulation(RicartAgrawala, 3, SimConfig{}, WithObserver(newRecorder()))
 	require.ErrorIs(t, err, ErrInvalidConfig)
 	assert.Contains(t, err.Error(), "WithObserver")
 }

@@ -6,10 +6,15 @@ import (
 	"time"
 )
 
-// An Option configures a cluster, a single peer or a simulation. Every
-// constructor takes the same Option type; an option that means nothing to
-// the algorithm or to the constructor it is given to is an error wrapping
-// ErrInvalidConfig, never silently ignored. The zero Option is invalid.
+// An Option configures a cluster (New and the New... constructors) or a
+// single peer (NewPeer): every Option applies to one or both. The
+// simulator, the world and the checker take the options of the algorithm
+// they run too (NewSimulation, NewWorld, CheckConfig.Options), so a
+// configuration moves between them unchanged; their own settings, such
+// as a seed or a delivery policy, are fields of SimConfig, WorldConfig
+// and CheckConfig. An option that means nothing to the algorithm or to
+// the constructor it is given to is an error wrapping ErrInvalidConfig,
+// never silently ignored. The zero Option is invalid.
 type Option struct {
 	name  string
 	algs  []Algorithm // algorithms it applies to; nil means all
@@ -70,12 +75,12 @@ type config struct {
 
 	sim simConfig // NewSimulation and NewWorld only: seed, delivery policy, tracing
 
-	requests int // NewWorld only: WithRequests
-	tries    int // NewWorld only: WithTries
+	requests int // NewWorld only: WorldConfig.Requests
+	tries    int // NewWorld only: WorldConfig.Tries
 
 	fenceFloor       uint64        // WithFenceFloor: fences start above it
 	unreachableAfter time.Duration // WithUnreachableAfter; 0 for none
-	variant          *Variant      // WithVariant; nil for the real algorithm
+	variant          *Variant      // SimConfig.Variant, WorldConfig.Variant; nil for the real algorithm
 }
 
 // newConfig validates n and applies opts for a constructor of kind where.
@@ -155,9 +160,9 @@ var recoveryAlgorithms = []Algorithm{RicartAgrawala, SuzukiKasami, Centralized, 
 // Check the detector is the checker's (CheckConfig.Detector). In a
 // Simulation it is perfect: after Crash, each survivor suspects the
 // crashed peer at a scheduling step of its own, chosen like a delivery;
-// WithFalseSuspicions makes it imperfect at a seeded rate, and
-// WithDetector sets it (an imperfect one's false suspicions are then made
-// by hand, as World transitions).
+// SimConfig.FalseSuspicionRate makes it imperfect at a seeded rate, and
+// SimConfig.Detector sets it (an imperfect one's false suspicions are
+// then made by hand, as World transitions).
 //
 // A real detector is imperfect: a peer that is slow, or cut off by a
 // partition, is suspected as a crashed one is. With a false suspicion two

@@ -200,7 +200,7 @@ func TestRaymondSequentialCounts(t *testing.T) {
 func TestRaymondLightLoadAverage(t *testing.T) {
 	for _, n := range []int{7, 32, 255, 1000} {
 		t.Run("n="+strconv.Itoa(n), func(t *testing.T) {
-			nw := newTokNet(t, Raymond, n)
+			nw := newTokNet(t, Raymond, n, "")
 			rng := rand.New(rand.NewPCG(uint64(n), 4))
 			const entries = 400
 			holder, path := 0, 0

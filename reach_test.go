@@ -191,7 +191,7 @@ func TestUnreachableOption(t *testing.T) {
 	_, err = NewPeer(RicartAgrawala, 0, 2, plainTransport{NewChanNetwork(2).Endpoint(0)}, WithUnreachableAfter(time.Second))
 	require.ErrorIs(t, err, ErrInvalidConfig)
 	assert.Contains(t, err.Error(), "does not implement Reachability")
-	_, err = NewWorld(RicartAgrawala, 2, WithUnreachableAfter(time.Second))
+	_, err = NewWorld(RicartAgrawala, 2, WorldConfig{}, WithUnreachableAfter(time.Second))
 	require.ErrorIs(t, err, ErrInvalidConfig)
 }
 

@@ -269,7 +269,7 @@ func thousands(n int) string {
 // TestWorldDetectorTransitions: a perfect detector offers a suspicion
 // only of a crashed peer, by every survivor, and the IDs replay.
 func TestWorldDetectorTransitions(t *testing.T) {
-	w, err := NewWorld(RicartAgrawala, 3, WithRecovery())
+	w, err := NewWorld(RicartAgrawala, 3, WorldConfig{}, WithRecovery())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -94,7 +94,7 @@ func MeasureRecovery(alg Algorithm, n int, rt RecoveryTiming, opts ...Option) (R
 	if rt.Warmup == 0 {
 		rt.Warmup = n
 	}
-	w, err := NewWorld(alg, n, append(opts[:len(opts):len(opts)], WithoutTrace())...)
+	w, err := NewWorld(alg, n, WorldConfig{NoTrace: true}, opts...)
 	if err != nil {
 		return RecoveryCost{}, err
 	}

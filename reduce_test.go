@@ -174,7 +174,7 @@ func TestStampGapsKeepsLiveness(t *testing.T) {
 // TestStampGapOfTheRunLeft pins the cap: one more than the steps the rest
 // of the run may take, and none with a budget without end.
 func TestStampGapOfTheRunLeft(t *testing.T) {
-	cfg, err := newConfig(Lamport, 3, forWorld, []Option{WithRequests(2), WithoutTrace()})
+	cfg, err := newWorldConfig(Lamport, 3, WorldConfig{Requests: 2, NoTrace: true}, nil)
 	require.NoError(t, err)
 	cfg.stampGaps = true
 	w, err := newWorld(cfg, nil)
@@ -188,13 +188,13 @@ func TestStampGapOfTheRunLeft(t *testing.T) {
 
 	cfg.stampGaps = false
 	assert.Equal(t, ^uint64(0), w.stampGap(), "without StampGaps")
-	cfg, err = newConfig(Lamport, 3, forWorld, []Option{WithRequests(Unlimited), WithoutTrace()})
+	cfg, err = newWorldConfig(Lamport, 3, WorldConfig{Requests: Unlimited, NoTrace: true}, nil)
 	require.NoError(t, err)
 	cfg.stampGaps = true
 	w, err = newWorld(cfg, nil)
 	require.NoError(t, err)
 	assert.Equal(t, ^uint64(0), w.stampGap(), "with requests without end")
-	cfg, err = newConfig(Lamport, 3, forWorld, []Option{WithRequests(1), WithTries(Unlimited), WithoutTrace()})
+	cfg, err = newWorldConfig(Lamport, 3, WorldConfig{Requests: 1, Tries: Unlimited, NoTrace: true}, nil)
 	require.NoError(t, err)
 	cfg.stampGaps = true
 	w, err = newWorld(cfg, nil)
@@ -226,7 +226,7 @@ func TestPartialOrderBadConfig(t *testing.T) {
 // after steps, each a transition's ID.
 func lamportWorld(t *testing.T, n int, steps ...string) *World {
 	t.Helper()
-	w, err := NewWorld(Lamport, n, WithRequests(1))
+	w, err := NewWorld(Lamport, n, WorldConfig{Requests: 1})
 	require.NoError(t, err)
 	for _, id := range steps {
 		tr, ok := w.Find(id)
@@ -315,7 +315,7 @@ func TestPersistent(t *testing.T) {
 	assert.Len(t, trs, 6, "the others stay, after the set")
 
 	// Over a bag, a message sent later may be delivered first: no set.
-	u, err := NewWorld(Lamport, 3, WithRequests(1), WithDelivery(DeliverReorder), WithUnsafeDelivery())
+	u, err := NewWorld(Lamport, 3, WorldConfig{Requests: 1, Network: NetworkUnordered})
 	require.NoError(t, err)
 	for p := range 3 {
 		_, err := u.Apply(Transition{Kind: TransRequest, Peer: p})

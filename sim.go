@@ -29,7 +29,7 @@ const (
 	// DeliverReorder may deliver any message in flight next, chosen at
 	// random: a later message can overtake an earlier one between the
 	// same two peers. Algorithms that need FIFO channels refuse it unless
-	// WithUnsafeDelivery is given.
+	// SimConfig.UnsafeDelivery is set.
 	DeliverReorder
 
 	// DeliverLockStep runs in rounds: each round delivers every message
@@ -60,62 +60,116 @@ func (d Delivery) String() string {
 type simConfig struct {
 	seed     uint64
 	delivery Delivery
-	unsafe   bool      // WithUnsafeDelivery: reorder even if the algorithm needs FIFO
-	noTrace  bool      // WithoutTrace
-	loss     float64   // WithLoss
-	suspect  float64   // WithFalseSuspicions
-	detector *Detector // WithDetector; nil for the default; NewSimulation sets the one it runs
+	unsafe   bool      // SimConfig.UnsafeDelivery: reorder even if the algorithm needs FIFO
+	noTrace  bool      // SimConfig.NoTrace, WorldConfig.NoTrace
+	loss     float64   // SimConfig.Loss, WorldConfig.Loss
+	suspect  float64   // SimConfig.FalseSuspicionRate
+	detector *Detector // SimConfig.Detector; nil for the default; NewSimulation sets the one it runs
 	livelock int       // deliveries without an entry or exit, with requests outstanding, past which the world fails; 0 for no bound
 }
 
-// WithSeed sets the seed of a Simulation's random choices. Two simulations
-// with the same algorithm, size, options, seed and calls behave the same,
-// event for event. The default seed is 0. It applies to NewSimulation only.
-func WithSeed(seed int64) Option {
-	return Option{
-		name:  "WithSeed",
-		where: forSimulation | forWorld,
-		apply: func(c *config) error { c.sim.seed = uint64(seed); return nil },
-	}
+// A SimConfig is what a Simulation needs beside its algorithm, its size
+// and the algorithm's options: the scheduler's seed and delivery policy,
+// the faults it draws at random, its failure detector, a variant to run
+// instead of the algorithm, and whether it records a trace. The zero
+// SimConfig is a run under seed 0 over per-pair FIFO channels, with no
+// loss, a trace, and a failure detector only with WithRecovery.
+type SimConfig struct {
+	// Seed seeds every random choice of the run. Two simulations with the
+	// same algorithm, size, options, configuration and calls behave the
+	// same, event for event.
+	Seed uint64
+
+	// Delivery is the order in which messages are delivered; the zero
+	// Delivery is DeliverFIFO.
+	Delivery Delivery
+
+	// UnsafeDelivery lets DeliverReorder reorder the messages of an
+	// algorithm that needs FIFO channels (see Algorithm.NeedsFIFO), which
+	// is refused without it. Such a run may well break mutual exclusion:
+	// that is its purpose, to show why the algorithm needs FIFO.
+	UnsafeDelivery bool
+
+	// Loss is the probability, from 0 to 1, that a message is lost as it
+	// is sent, drawn from the seed, so that a lossy run replays exactly.
+	// A lost message still counts in Stats, as it does in a Cluster,
+	// where it was handed to the transport. For a Cluster, see WithFaults.
+	Loss float64
+
+	// FalseSuspicionRate makes the failure detector imperfect: at each
+	// scheduling step, with this probability drawn from the seed, a live
+	// peer chosen at random starts to suspect another live peer that it
+	// trusts now, before the step's own choice. The detector trusts a
+	// suspected live peer again later, at a scheduling step of its own
+	// chosen like a delivery, as it suspects a crashed peer after Crash.
+	// Simulation.FalseSuspicions counts them. Machines act on suspicions
+	// only under WithRecovery, and with it a false suspicion may let two
+	// peers in at once, which the run reports as a violation: that is the
+	// imperfect detector's lesson. The rate must be from 0 to 1, and
+	// DeliverLockStep, which uses no randomness, refuses a non-zero one.
+	FalseSuspicionRate float64
+
+	// Detector, if not nil, sets the failure detector. When nil the
+	// detector is perfect under WithRecovery or a FalseSuspicionRate, and
+	// absent otherwise; a run is the same, event for event, whether or
+	// not Detector names that default.
+	//
+	// DetectorNone runs no detector, so that machines with WithRecovery
+	// never hear a suspicion, as in Check without one. DetectorPerfect has
+	// each survivor suspect a crashed peer at a scheduling step of its
+	// own, as WithRecovery alone does; it needs no WithRecovery, for a
+	// variant that acts on suspicions by itself
+	// (ricart-agrawala-naive-exclusion). DetectorImperfect also allows up
+	// to FalseSuspicions suspicions of live peers, made by hand: the World
+	// offers each as a transition with an ID such as "s1-0"
+	// (World.Transitions, Find and Apply, as in Check), the scheduler
+	// never takes one, and the suspected peer is trusted again at a
+	// scheduling step of its own. Suspicions fired by FalseSuspicionRate
+	// count against that bound. A simulation with a detector has at most
+	// 8 peers.
+	Detector *Detector
+
+	// Variant, if not empty, names a variant (see Variants) to run
+	// instead of the real algorithm; the algorithm given to NewSimulation
+	// must be the variant's. Unlike CheckConfig.Variant it adds none of
+	// the variant's Options: give them as options.
+	Variant string
+
+	// NoTrace stops the simulation from recording its events, which long
+	// runs cannot afford to keep; Events then returns nil, and WriteLog
+	// and WriteMermaid return an error.
+	NoTrace bool
 }
 
-// WithDelivery sets a Simulation's delivery policy; the default is
-// DeliverFIFO. It applies to NewSimulation only.
-func WithDelivery(d Delivery) Option {
-	return Option{
-		name:  "WithDelivery",
-		where: forSimulation | forWorld,
-		apply: func(c *config) error {
-			if d >= numDeliveries {
-				return fmt.Errorf("%w: WithDelivery(%d): unknown delivery policy", ErrInvalidConfig, uint8(d))
-			}
-			c.sim.delivery = d
-			return nil
-		},
+// apply validates sc and sets it in c.
+func (sc SimConfig) apply(c *config) error {
+	switch {
+	case sc.Delivery >= numDeliveries:
+		return fmt.Errorf("%w: SimConfig.Delivery %d: unknown delivery policy", ErrInvalidConfig, uint8(sc.Delivery))
+	case !(sc.Loss >= 0 && sc.Loss <= 1):
+		return fmt.Errorf("%w: SimConfig.Loss %v: want a probability from 0 to 1", ErrInvalidConfig, sc.Loss)
+	case !(sc.FalseSuspicionRate >= 0 && sc.FalseSuspicionRate <= 1):
+		return fmt.Errorf("%w: SimConfig.FalseSuspicionRate %v: want a probability from 0 to 1", ErrInvalidConfig, sc.FalseSuspicionRate)
 	}
-}
-
-// WithUnsafeDelivery lets a Simulation reorder the messages of an algorithm
-// that needs FIFO channels (see Algorithm.NeedsFIFO). Such a run may well
-// break mutual exclusion: that is its purpose, to show why the algorithm
-// needs FIFO. It applies to NewSimulation only.
-func WithUnsafeDelivery() Option {
-	return Option{
-		name:  "WithUnsafeDelivery",
-		where: forSimulation | forWorld,
-		apply: func(c *config) error { c.sim.unsafe = true; return nil },
+	if d := sc.Detector; d != nil && !d.valid() {
+		return fmt.Errorf("%w: SimConfig.Detector: detector %v with %d false suspicions", ErrInvalidConfig, d.Kind, d.FalseSuspicions)
 	}
-}
-
-// WithoutTrace stops a Simulation from recording its events, which long
-// runs cannot afford to keep; Events then returns nil, and WriteLog and
-// WriteMermaid return an error. It applies to NewSimulation only.
-func WithoutTrace() Option {
-	return Option{
-		name:  "WithoutTrace",
-		where: forSimulation | forWorld,
-		apply: func(c *config) error { c.sim.noTrace = true; return nil },
+	if sc.Variant != "" {
+		if err := c.setVariant(sc.Variant); err != nil {
+			return err
+		}
 	}
+	c.sim.seed = sc.Seed
+	c.sim.delivery = sc.Delivery
+	c.sim.unsafe = c.sim.unsafe || sc.UnsafeDelivery
+	c.sim.loss = sc.Loss
+	c.sim.suspect = sc.FalseSuspicionRate
+	if sc.Detector != nil {
+		d := *sc.Detector
+		c.sim.detector = &d
+	}
+	c.sim.noTrace = sc.NoTrace
+	return nil
 }
 
 // An EventKind says what an Event records.
@@ -233,7 +287,7 @@ func formatMessage(m Message, ends bool) string {
 // and by every later one.
 //
 // Faults replay as deterministically as the rest: Crash, Partition, Heal
-// and DropNext mirror the methods of ChanNetwork, and WithLoss loses
+// and DropNext mirror the methods of ChanNetwork, and SimConfig.Loss loses
 // messages at a seeded rate. Lost messages count in Stats, appear in the
 // trace as EventLost, and are counted by Dropped.
 //
@@ -244,43 +298,51 @@ type Simulation struct {
 	rng           *rand.Rand
 	lockStep      bool
 	livelockLimit int
-	suspect       float64      // WithFalseSuspicions
+	suspect       float64      // SimConfig.FalseSuspicionRate
 	falseFired    int          // false suspicions fired so far
 	due           []Transition // scratch for the world's due transitions
 }
 
 // NewSimulation builds a simulation of n peers running alg; nothing is
-// requested yet. Besides the algorithm's own options it takes WithSeed,
-// WithDelivery, WithUnsafeDelivery, WithoutTrace, WithLoss,
-// WithFalseSuspicions, WithDetector and WithVariant. With WithRecovery or
-// WithFalseSuspicions it runs a failure detector (at most 8 peers; see
-// WithDetector for the others): after
-// Crash each survivor suspects the crashed peer at a scheduling step of
-// its own, and a peer that crashed inside has left, so that survivors
-// still waiting at the end are a deadlock, not merely blocked. An algorithm that needs FIFO channels refuses
-// DeliverReorder unless WithUnsafeDelivery is also given. Invalid n or
-// options give an error wrapping ErrInvalidConfig.
-func NewSimulation(alg Algorithm, n int, opts ...Option) (*Simulation, error) {
-	cfg, err := newConfig(alg, n, forSimulation, opts)
+// requested yet. It takes the algorithm's options, as New does, and cfg
+// for the rest (see SimConfig). With WithRecovery or a
+// FalseSuspicionRate it runs a failure detector (at most 8 peers; see
+// SimConfig.Detector for the others): after Crash each survivor suspects
+// the crashed peer at a scheduling step of its own, and a peer that
+// crashed inside has left, so that survivors still waiting at the end are
+// a deadlock, not merely blocked. An algorithm that needs FIFO channels
+// refuses DeliverReorder unless cfg.UnsafeDelivery is set. Invalid n,
+// configuration or options give an error wrapping ErrInvalidConfig.
+func NewSimulation(alg Algorithm, n int, cfg SimConfig, opts ...Option) (*Simulation, error) {
+	c, err := newConfig(alg, n, forSimulation, opts)
 	if err != nil {
 		return nil, err
 	}
+	if err := cfg.apply(c); err != nil {
+		return nil, err
+	}
+	return newSimulation(c)
+}
+
+// newSimulation builds a simulation from a checked configuration.
+func newSimulation(cfg *config) (*Simulation, error) {
+	n := cfg.n
 	var det Detector
 	if cfg.recovery || cfg.sim.suspect > 0 {
 		det.Kind = DetectorPerfect // the false suspicions are the simulation's own
 	}
 	if d := cfg.sim.detector; d != nil {
 		if d.Kind == DetectorNone && cfg.sim.suspect > 0 {
-			return nil, fmt.Errorf("%w: WithFalseSuspicions(%v) with no detector (WithDetector %v)", ErrInvalidConfig, cfg.sim.suspect, d.Kind)
+			return nil, fmt.Errorf("%w: SimConfig.FalseSuspicionRate %v with no detector (SimConfig.Detector %v)", ErrInvalidConfig, cfg.sim.suspect, d.Kind)
 		}
 		det = *d
 	}
 	if det.Kind != DetectorNone {
 		switch {
 		case n > maxDetectorPeers:
-			return nil, fmt.Errorf("%w: a failure detector (WithRecovery, WithFalseSuspicions, WithDetector) for %d peers, want at most %d", ErrInvalidConfig, n, maxDetectorPeers)
+			return nil, fmt.Errorf("%w: a failure detector (WithRecovery, SimConfig.FalseSuspicionRate or Detector) for %d peers, want at most %d", ErrInvalidConfig, n, maxDetectorPeers)
 		case cfg.sim.suspect > 0 && cfg.sim.delivery == DeliverLockStep:
-			return nil, fmt.Errorf("%w: WithFalseSuspicions with delivery %v, which uses no randomness", ErrInvalidConfig, DeliverLockStep)
+			return nil, fmt.Errorf("%w: SimConfig.FalseSuspicionRate with delivery %v, which uses no randomness", ErrInvalidConfig, DeliverLockStep)
 		}
 	}
 	cfg.sim.detector = &det
@@ -424,7 +486,7 @@ func (s *Simulation) falseSuspicion() error {
 	return err
 }
 
-// FalseSuspicions returns how many false suspicions WithFalseSuspicions
+// FalseSuspicions returns how many false suspicions SimConfig.FalseSuspicionRate
 // has fired so far.
 func (s *Simulation) FalseSuspicions() int { return s.falseFired }
 
@@ -470,5 +532,5 @@ func (s *Simulation) round() (bool, error) {
 func (s *Simulation) Stats() Stats { return s.w.Stats() }
 
 // Events returns what has happened so far, in order; nil under
-// WithoutTrace. The slice is the caller's.
+// SimConfig.NoTrace. The slice is the caller's.
 func (s *Simulation) Events() []Event { return s.w.Events() }

@@ -1,7 +1,6 @@
 package dmutex
 
 import (
-	"errors"
 	"fmt"
 	"math"
 	"regexp"
@@ -13,12 +12,13 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// crashRun runs n Ricart-Agrawala peers in a simulation with opts: every
+// crashRun runs n Ricart-Agrawala peers in a simulation with cfg and opts: every
 // peer requests twice, peer n-1 crashes after steps steps, and the run
 // goes on to the end. It returns the simulation and Run's error.
-func crashRun(t *testing.T, n, steps int, seed int64, opts ...Option) (*Simulation, error) {
+func crashRun(t *testing.T, n, steps int, seed int64, cfg SimConfig, opts ...Option) (*Simulation, error) {
 	t.Helper()
-	s, err := NewSimulation(RicartAgrawala, n, append([]Option{WithSeed(seed)}, opts...)...)
+	cfg.Seed = uint64(seed)
+	s, err := NewSimulation(RicartAgrawala, n, cfg, opts...)
 	require.NoError(t, err)
 	for range 2 {
 		for p := range n {
@@ -41,7 +41,7 @@ func crashRun(t *testing.T, n, steps int, seed int64, opts ...Option) (*Simulati
 func TestSimulationRecoveryCrash(t *testing.T) {
 	const n = 4
 	for seed := range int64(20) {
-		s, err := crashRun(t, n, 10, seed, WithRecovery())
+		s, err := crashRun(t, n, 10, seed, SimConfig{}, WithRecovery())
 		require.NoError(t, err, "seed %d", seed)
 		assert.Empty(t, s.Waiting(), "seed %d", seed)
 		suspected := map[int]bool{}
@@ -54,7 +54,7 @@ func TestSimulationRecoveryCrash(t *testing.T) {
 		assert.Len(t, suspected, n-1, "seed %d: every survivor suspects it", seed)
 		assert.Zero(t, s.FalseSuspicions())
 
-		_, err = crashRun(t, n, 10, seed)
+		_, err = crashRun(t, n, 10, seed, SimConfig{})
 		require.ErrorIs(t, err, ErrBlocked, "seed %d: without recovery", seed)
 	}
 }
@@ -66,8 +66,8 @@ func TestSimulationRecoveryCrash(t *testing.T) {
 // the same run without false suspicions never shows.
 func TestSimulationFalseSuspicions(t *testing.T) {
 	const n, rate = 3, 0.05
-	run := func(seed int64, opts ...Option) (*Simulation, error) {
-		s, err := NewSimulation(RicartAgrawala, n, append([]Option{WithSeed(seed), WithRecovery()}, opts...)...)
+	run := func(seed int64, rate float64) (*Simulation, error) {
+		s, err := NewSimulation(RicartAgrawala, n, SimConfig{Seed: uint64(seed), FalseSuspicionRate: rate}, WithRecovery())
 		require.NoError(t, err)
 		for range 20 {
 			for p := range n {
@@ -78,7 +78,7 @@ func TestSimulationFalseSuspicions(t *testing.T) {
 	}
 	broken, disordered := 0, 0
 	for seed := range int64(30) {
-		s, err := run(seed, WithFalseSuspicions(rate))
+		s, err := run(seed, rate)
 		if err != nil {
 			// Either two peers inside, or, first, an entry out of
 			// (timestamp, id) order, the other promise a falsely
@@ -107,11 +107,11 @@ func TestSimulationFalseSuspicions(t *testing.T) {
 			assert.Equal(t, suspects, trusts, "seed %d: every live peer is trusted again by the end", seed)
 		}
 
-		again, err2 := run(seed, WithFalseSuspicions(rate))
+		again, err2 := run(seed, rate)
 		assert.Equal(t, err, err2, "seed %d", seed)
 		assert.Equal(t, s.Events(), again.Events(), "seed %d replays", seed)
 
-		_, err = run(seed)
+		_, err = run(seed, 0)
 		require.NoError(t, err, "seed %d: no false suspicion, no break", seed)
 	}
 	assert.Positive(t, broken, "no seed of 30 broke mutual exclusion with false suspicions")
@@ -121,8 +121,8 @@ func TestSimulationFalseSuspicions(t *testing.T) {
 // TestSimulationFalseSuspicionsRateZero checks that a zero rate changes
 // nothing: the same run, event for event, as without the option.
 func TestSimulationFalseSuspicionsRateZero(t *testing.T) {
-	s1, err1 := crashRun(t, 3, 5, 7, WithRecovery())
-	s2, err2 := crashRun(t, 3, 5, 7, WithRecovery(), WithFalseSuspicions(0))
+	s1, err1 := crashRun(t, 3, 5, 7, SimConfig{}, WithRecovery())
+	s2, err2 := crashRun(t, 3, 5, 7, SimConfig{FalseSuspicionRate: 0}, WithRecovery())
 	require.NoError(t, err1)
 	require.NoError(t, err2)
 	assert.Equal(t, s1.Events(), s2.Events())
@@ -133,15 +133,16 @@ func TestSimulationDetectorOptions(t *testing.T) {
 	tests := []struct {
 		name string
 		n    int
+		cfg  SimConfig
 		opts []Option
 		want string
 	}{
-		{"negative rate", 3, []Option{WithFalseSuspicions(-0.1)}, "WithFalseSuspicions(-0.1)"},
-		{"rate above one", 3, []Option{WithFalseSuspicions(2)}, "WithFalseSuspicions(2)"},
-		{"NaN rate", 3, []Option{WithFalseSuspicions(math.NaN())}, "WithFalseSuspicions(NaN)"},
-		{"too many peers", 9, []Option{WithRecovery()}, "for 9 peers, want at most 8"},
-		{"lock-step", 3, []Option{WithFalseSuspicions(0.1), WithDelivery(DeliverLockStep)}, "uses no randomness"},
-		{"recovery of lamport", 3, []Option{WithRecovery()}, "does not apply to lamport"},
+		{"negative rate", 3, SimConfig{FalseSuspicionRate: -0.1}, nil, "SimConfig.FalseSuspicionRate -0.1"},
+		{"rate above one", 3, SimConfig{FalseSuspicionRate: 2}, nil, "SimConfig.FalseSuspicionRate 2"},
+		{"NaN rate", 3, SimConfig{FalseSuspicionRate: math.NaN()}, nil, "SimConfig.FalseSuspicionRate NaN"},
+		{"too many peers", 9, SimConfig{}, []Option{WithRecovery()}, "for 9 peers, want at most 8"},
+		{"lock-step", 3, SimConfig{FalseSuspicionRate: 0.1, Delivery: DeliverLockStep}, nil, "uses no randomness"},
+		{"recovery of lamport", 3, SimConfig{}, []Option{WithRecovery()}, "does not apply to lamport"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -149,21 +150,19 @@ func TestSimulationDetectorOptions(t *testing.T) {
 			if tt.name == "recovery of lamport" {
 				alg = Lamport
 			}
-			_, err := NewSimulation(alg, tt.n, tt.opts...)
+			_, err := NewSimulation(alg, tt.n, tt.cfg, tt.opts...)
 			require.ErrorIs(t, err, ErrInvalidConfig)
 			assert.ErrorContains(t, err, tt.want)
 		})
 	}
-	_, err := NewSimulation(RicartAgrawala, 3, WithFalseSuspicions(1))
+	_, err := NewSimulation(RicartAgrawala, 3, SimConfig{FalseSuspicionRate: 1})
 	assert.NoError(t, err, "a rate of 1, the bound of the range, is a probability")
-	_, err = New(RicartAgrawala, 3, WithFalseSuspicions(0.1))
-	require.True(t, errors.Is(err, ErrInvalidConfig), "a cluster's detector is the transport's: %v", err)
 }
 
 // TestSimulationRecoveryLockStep checks the lock-step policy's detector:
 // the suspicions it owes are taken at the start of a round.
 func TestSimulationRecoveryLockStep(t *testing.T) {
-	s, err := NewSimulation(RicartAgrawala, 3, WithRecovery(), WithDelivery(DeliverLockStep))
+	s, err := NewSimulation(RicartAgrawala, 3, SimConfig{Delivery: DeliverLockStep}, WithRecovery())
 	require.NoError(t, err)
 	for p := range 3 {
 		require.NoError(t, s.Request(p))
@@ -174,7 +173,7 @@ func TestSimulationRecoveryLockStep(t *testing.T) {
 	assert.Empty(t, s.Waiting())
 }
 
-// TestSimulationWithDetector: WithDetector naming the default changes
+// TestSimulationWithDetector: SimConfig.Detector naming the default changes
 // nothing; an imperfect detector offers the false suspicions of its bound
 // as transitions a caller takes by hand and the scheduler never takes; a
 // perfect one offers only the suspicion of a crashed peer, with or
@@ -182,15 +181,14 @@ func TestSimulationRecoveryLockStep(t *testing.T) {
 func TestSimulationWithDetector(t *testing.T) {
 	perfect := Detector{Kind: DetectorPerfect}
 	t.Run("the default", func(t *testing.T) {
-		s1, err1 := crashRun(t, 3, 5, 7, WithRecovery())
-		s2, err2 := crashRun(t, 3, 5, 7, WithRecovery(), WithDetector(perfect))
+		s1, err1 := crashRun(t, 3, 5, 7, SimConfig{}, WithRecovery())
+		s2, err2 := crashRun(t, 3, 5, 7, SimConfig{Detector: &perfect}, WithRecovery())
 		require.NoError(t, err1)
 		require.NoError(t, err2)
 		assert.Equal(t, s1.Events(), s2.Events())
 	})
 	t.Run("imperfect by hand", func(t *testing.T) {
-		s, err := NewSimulation(RicartAgrawala, 3, WithSeed(3), WithRecovery(),
-			WithDetector(Detector{Kind: DetectorImperfect, FalseSuspicions: 1}))
+		s, err := NewSimulation(RicartAgrawala, 3, SimConfig{Seed: 3, Detector: &Detector{Kind: DetectorImperfect, FalseSuspicions: 1}}, WithRecovery())
 		require.NoError(t, err)
 		w := s.World()
 		tr, ok := w.Find("s1-0")
@@ -225,7 +223,7 @@ func TestSimulationWithDetector(t *testing.T) {
 		assert.Equal(t, uint64(3), s.Stats().Entries)
 	})
 	t.Run("perfect without recovery", func(t *testing.T) {
-		s, err := NewSimulation(RicartAgrawala, 3, WithVariant("ricart-agrawala-naive-exclusion"), WithDetector(perfect))
+		s, err := NewSimulation(RicartAgrawala, 3, SimConfig{Variant: "ricart-agrawala-naive-exclusion", Detector: &perfect})
 		require.NoError(t, err)
 		w := s.World()
 		require.NoError(t, s.Request(1))
@@ -240,7 +238,7 @@ func TestSimulationWithDetector(t *testing.T) {
 		assert.Equal(t, uint64(1), s.Stats().Entries)
 	})
 	t.Run("none", func(t *testing.T) {
-		s, err := crashRun(t, 3, 5, 7, WithRecovery(), WithDetector(Detector{}))
+		s, err := crashRun(t, 3, 5, 7, SimConfig{Detector: &Detector{}}, WithRecovery())
 		require.ErrorIs(t, err, ErrBlocked, "no suspicion comes, so the survivors block")
 		for _, e := range s.Events() {
 			assert.NotEqual(t, EventSuspect, e.Kind)
@@ -250,27 +248,25 @@ func TestSimulationWithDetector(t *testing.T) {
 		tests := []struct {
 			name string
 			n    int
-			opts []Option
+			cfg  SimConfig
 			want string
 		}{
-			{"unknown kind", 3, []Option{WithDetector(Detector{Kind: 7})}, "WithDetector: detector DetectorKind(7) with 0 false suspicions"},
-			{"negative bound", 3, []Option{WithDetector(Detector{Kind: DetectorImperfect, FalseSuspicions: -1})}, "with -1 false suspicions"},
-			{"bound of a perfect detector", 3, []Option{WithDetector(Detector{Kind: DetectorPerfect, FalseSuspicions: 2})}, "detector perfect with 2 false suspicions"},
-			{"none with a rate", 3, []Option{WithDetector(Detector{}), WithFalseSuspicions(0.1)}, "WithFalseSuspicions(0.1) with no detector"},
-			{"too many peers", 9, []Option{WithDetector(perfect)}, "for 9 peers, want at most 8"},
+			{"unknown kind", 3, SimConfig{Detector: &Detector{Kind: 7}}, "SimConfig.Detector: detector DetectorKind(7) with 0 false suspicions"},
+			{"negative bound", 3, SimConfig{Detector: &Detector{Kind: DetectorImperfect, FalseSuspicions: -1}}, "with -1 false suspicions"},
+			{"bound of a perfect detector", 3, SimConfig{Detector: &Detector{Kind: DetectorPerfect, FalseSuspicions: 2}}, "detector perfect with 2 false suspicions"},
+			{"none with a rate", 3, SimConfig{Detector: &Detector{}, FalseSuspicionRate: 0.1}, "SimConfig.FalseSuspicionRate 0.1 with no detector"},
+			{"too many peers", 9, SimConfig{Detector: &perfect}, "for 9 peers, want at most 8"},
 		}
 		for _, tt := range tests {
-			_, err := NewSimulation(RicartAgrawala, tt.n, tt.opts...)
+			_, err := NewSimulation(RicartAgrawala, tt.n, tt.cfg)
 			require.ErrorIs(t, err, ErrInvalidConfig, tt.name)
 			assert.ErrorContains(t, err, tt.want, tt.name)
 		}
-		_, err := NewWorld(RicartAgrawala, 3, WithDetector(perfect))
-		assert.ErrorContains(t, err, "option WithDetector does not apply to a world", "a World's detector is the checker's")
-		_, err = NewSimulation(RicartAgrawala, 9, WithDetector(Detector{}))
+		_, err := NewSimulation(RicartAgrawala, 9, SimConfig{Detector: &Detector{}})
 		assert.NoError(t, err, "no detector, no bound on n")
-		_, err = NewSimulation(RicartAgrawala, 8, WithDetector(perfect))
+		_, err = NewSimulation(RicartAgrawala, 8, SimConfig{Detector: &perfect})
 		assert.NoError(t, err, "8 peers, the most a detector models")
-		_, err = NewSimulation(RicartAgrawala, 3, WithDetector(perfect), WithFalseSuspicions(0.1))
+		_, err = NewSimulation(RicartAgrawala, 3, SimConfig{Detector: &perfect, FalseSuspicionRate: 0.1})
 		assert.NoError(t, err, "a rate with a detector")
 	})
 }
@@ -278,7 +274,7 @@ func TestSimulationWithDetector(t *testing.T) {
 // TestOptionString: an option is named by its constructor.
 func TestOptionString(t *testing.T) {
 	assert.Equal(t, "WithRecovery", WithRecovery().String())
-	assert.Equal(t, "WithDetector", WithDetector(Detector{}).String())
+	assert.Equal(t, "WithImplicitReplies", WithImplicitReplies().String())
 	assert.Equal(t, "Option{}", Option{}.String())
 	v, err := LookupVariant("centralized-naive-failover")
 	require.NoError(t, err)
@@ -298,7 +294,7 @@ func TestSimulationFalseSuspicionsOnTopOfTheStep(t *testing.T) {
 	steps, fired := 0, 0
 seeds:
 	for seed := range int64(30) {
-		s, err := NewSimulation(RicartAgrawala, n, WithSeed(seed), WithRecovery(), WithFalseSuspicions(rate))
+		s, err := NewSimulation(RicartAgrawala, n, SimConfig{Seed: uint64(seed), FalseSuspicionRate: rate}, WithRecovery())
 		require.NoError(t, err)
 		crashed := make([]bool, n)
 		suspects := make([][]bool, n)
@@ -389,7 +385,7 @@ func (suspectEnters) appendState(b []byte) []byte { return b }
 // suspicions the detector owes; and a suspicion that breaks a promise
 // ends the round, before the next one owed.
 func TestSimulationLockStepOwedSuspicions(t *testing.T) {
-	s, err := NewSimulation(RicartAgrawala, 3, WithRecovery(), WithDelivery(DeliverLockStep))
+	s, err := NewSimulation(RicartAgrawala, 3, SimConfig{Delivery: DeliverLockStep}, WithRecovery())
 	require.NoError(t, err)
 	require.NoError(t, s.Request(0))
 	require.NoError(t, s.Run())
@@ -407,7 +403,7 @@ func TestSimulationLockStepOwedSuspicions(t *testing.T) {
 	}
 	assert.Equal(t, 2, suspicions(), "both survivors suspect the crashed peer")
 
-	s, err = NewSimulation(Centralized, 3, WithRecovery(), WithDelivery(DeliverLockStep))
+	s, err = NewSimulation(Centralized, 3, SimConfig{Delivery: DeliverLockStep}, WithRecovery())
 	require.NoError(t, err)
 	s.w.replaceMachines(func(int, int) machine { return suspectEnters{} })
 	require.NoError(t, s.Request(1)) // inside
@@ -422,7 +418,7 @@ func TestSimulationLockStepOwedSuspicions(t *testing.T) {
 // every live peer suspected, or none left to suspect, a false suspicion
 // due has nothing to fire and is not counted.
 func TestSimulationFalseSuspicionsNeedALivePair(t *testing.T) {
-	s, err := NewSimulation(RicartAgrawala, 2, WithRecovery(), WithFalseSuspicions(1))
+	s, err := NewSimulation(RicartAgrawala, 2, SimConfig{FalseSuspicionRate: 1}, WithRecovery())
 	require.NoError(t, err)
 	require.NoError(t, s.Request(0))
 	require.NoError(t, s.Crash(1)) // peer 0 has no live peer to suspect

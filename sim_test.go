@@ -24,19 +24,21 @@ func TestSimulationBadInput(t *testing.T) {
 		name    string
 		alg     Algorithm
 		n       int
+		cfg     SimConfig
 		opts    []Option
 		wantMsg string
 	}{
-		{"zero peers", RicartAgrawala, 0, nil, "n = 0"},
-		{"unknown delivery", RicartAgrawala, 3, []Option{WithDelivery(Delivery(7))}, "WithDelivery(7)"},
-		{"the first unknown delivery", RicartAgrawala, 3, []Option{WithDelivery(numDeliveries)}, "WithDelivery(3)"},
-		{"lamport reordered", Lamport, 3, []Option{WithDelivery(DeliverReorder)}, "lamport needs FIFO channels and delivery reorder would reorder them"},
-		{"implicit replies on lamport", Lamport, 3, []Option{WithImplicitReplies()}, "WithImplicitReplies does not apply to lamport"},
-		{"zero option", Centralized, 3, []Option{{}}, "zero Option"},
+		{"zero peers", RicartAgrawala, 0, SimConfig{}, nil, "n = 0"},
+		{"unknown delivery", RicartAgrawala, 3, SimConfig{Delivery: Delivery(7)}, nil, "SimConfig.Delivery 7"},
+		{"the first unknown delivery", RicartAgrawala, 3, SimConfig{Delivery: numDeliveries}, nil, "SimConfig.Delivery 3"},
+		{"lamport reordered", Lamport, 3, SimConfig{Delivery: DeliverReorder}, nil, "lamport needs FIFO channels and delivery reorder would reorder them"},
+		{"implicit replies on lamport", Lamport, 3, SimConfig{}, []Option{WithImplicitReplies()}, "WithImplicitReplies does not apply to lamport"},
+		{"zero option", Centralized, 3, SimConfig{}, []Option{{}}, "zero Option"},
+		{"unknown variant", Centralized, 3, SimConfig{Variant: "nope"}, nil, `unknown variant "nope"`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			s, err := NewSimulation(tt.alg, tt.n, tt.opts...)
+			s, err := NewSimulation(tt.alg, tt.n, tt.cfg, tt.opts...)
 			require.ErrorIs(t, err, ErrInvalidConfig)
 			assert.Contains(t, err.Error(), tt.wantMsg)
 			assert.Nil(t, s)
@@ -44,30 +46,14 @@ func TestSimulationBadInput(t *testing.T) {
 	}
 }
 
-// TestSimulationOptionsRefusedElsewhere checks that the simulation-only
-// options are errors for a cluster and a peer.
-func TestSimulationOptionsRefusedElsewhere(t *testing.T) {
-	for _, o := range []Option{WithSeed(3), WithDelivery(DeliverReorder), WithUnsafeDelivery(), WithoutTrace()} {
-		t.Run(o.name, func(t *testing.T) {
-			c, err := New(RicartAgrawala, 3, o)
-			require.ErrorIs(t, err, ErrInvalidConfig)
-			assert.Contains(t, err.Error(), o.name+" does not apply to a cluster")
-			assert.Nil(t, c)
-			_, err = NewPeer(RicartAgrawala, 0, 3, NewChanNetwork(3).Endpoint(0), o)
-			require.ErrorIs(t, err, ErrInvalidConfig)
-			assert.Contains(t, err.Error(), o.name+" does not apply to NewPeer")
-		})
-	}
-}
-
 func TestSimulationUnsafeDeliveryAccepted(t *testing.T) {
-	s, err := NewSimulation(Lamport, 3, WithDelivery(DeliverReorder), WithUnsafeDelivery())
+	s, err := NewSimulation(Lamport, 3, SimConfig{Delivery: DeliverReorder, UnsafeDelivery: true})
 	require.NoError(t, err)
 	require.NotNil(t, s)
 }
 
 func TestSimulationRequestOutOfRange(t *testing.T) {
-	s, err := NewSimulation(RicartAgrawala, 3)
+	s, err := NewSimulation(RicartAgrawala, 3, SimConfig{})
 	require.NoError(t, err)
 	for _, p := range []int{-1, 3, 100} {
 		err := s.Request(p)
@@ -81,7 +67,7 @@ func TestSimulationRequestOutOfRange(t *testing.T) {
 // messages whatever they are, and that the run goes on (it used to panic
 // on the next send).
 func TestSimulationDropNextNilMatch(t *testing.T) {
-	s, err := NewSimulation(Centralized, 2)
+	s, err := NewSimulation(Centralized, 2, SimConfig{})
 	require.NoError(t, err)
 	s.DropNext(1, nil)
 	s.DropNext(0, nil) // no rule
@@ -103,9 +89,9 @@ func TestDeliveryString(t *testing.T) {
 	assert.Equal(t, "EventKind(0)", EventKind(0).String())
 }
 
-func simulation(t testing.TB, v variant, n int, opts ...Option) *Simulation {
+func simulation(t testing.TB, v variant, n int, cfg SimConfig) *Simulation {
 	t.Helper()
-	s, err := NewSimulation(v.alg, n, append(append([]Option(nil), v.opts...), opts...)...)
+	s, err := NewSimulation(v.alg, n, cfg, v.opts...)
 	require.NoError(t, err)
 	return s
 }
@@ -196,7 +182,7 @@ func TestSimulationKContenders(t *testing.T) {
 					name := fmt.Sprintf("%s/n=%d/k=%d/%v", tt.v.name, n, k, d)
 					t.Run(name, func(t *testing.T) {
 						for seed := range int64(5) {
-							s := simulation(t, tt.v, n, WithSeed(seed), WithDelivery(d), WithoutTrace())
+							s := simulation(t, tt.v, n, SimConfig{Seed: uint64(seed), Delivery: d, NoTrace: true})
 							for p := range k {
 								require.NoError(t, s.Request(p))
 							}
@@ -219,7 +205,7 @@ func TestSimulationSequentialCounts(t *testing.T) {
 		for _, n := range []int{1, 2, 3, 5, 8} {
 			for _, d := range deliveries(tt.v) {
 				t.Run(fmt.Sprintf("%s/n=%d/%v", tt.v.name, n, d), func(t *testing.T) {
-					s := simulation(t, tt.v, n, WithDelivery(d))
+					s := simulation(t, tt.v, n, SimConfig{Delivery: d})
 					for round := range 2 {
 						for id := range n {
 							before := s.Stats()
@@ -247,7 +233,7 @@ func TestSimulationMatchesCluster(t *testing.T) {
 		t.Run(v.name, func(t *testing.T) {
 			const n = 4
 			c := v.cluster(t, n)
-			s := simulation(t, v, n)
+			s := simulation(t, v, n, SimConfig{})
 			for round := range 3 {
 				for id := range n {
 					lockWithin(t, c.Peer(id), 10*time.Second)
@@ -272,7 +258,7 @@ func TestSimulationMatchesCluster(t *testing.T) {
 func TestSimulationLocalQueue(t *testing.T) {
 	for _, v := range variants() {
 		t.Run(v.name, func(t *testing.T) {
-			s := simulation(t, v, 3)
+			s := simulation(t, v, 3, SimConfig{})
 			for range 4 {
 				require.NoError(t, s.Request(1))
 			}
@@ -297,7 +283,7 @@ func TestSimulationDeterministic(t *testing.T) {
 		for _, d := range deliveries(v) {
 			t.Run(v.name+"/"+d.String(), func(t *testing.T) {
 				run := func(seed int64) string {
-					s := simulation(t, v, 5, WithSeed(seed), WithDelivery(d))
+					s := simulation(t, v, 5, SimConfig{Seed: uint64(seed), Delivery: d})
 					rng := rand.New(rand.NewPCG(7, 7)) // the same workload every time
 					for range 20 {
 						require.NoError(t, s.Request(rng.IntN(5)))
@@ -324,7 +310,7 @@ func TestSimulationDeterministic(t *testing.T) {
 // TestSimulationLockStepLog pins the whole event log of a lock-step run,
 // where the schedule is fixed: three Ricart-Agrawala peers request at once.
 func TestSimulationLockStepLog(t *testing.T) {
-	s := simulation(t, variant{alg: RicartAgrawala}, 3, WithDelivery(DeliverLockStep))
+	s := simulation(t, variant{alg: RicartAgrawala}, 3, SimConfig{Delivery: DeliverLockStep})
 	for p := range 3 {
 		require.NoError(t, s.Request(p))
 	}
@@ -370,7 +356,7 @@ func TestSimulationLockStepLog(t *testing.T) {
 }
 
 func TestSimulationMermaid(t *testing.T) {
-	s := simulation(t, variant{alg: RicartAgrawala}, 2, WithDelivery(DeliverLockStep))
+	s := simulation(t, variant{alg: RicartAgrawala}, 2, SimConfig{Delivery: DeliverLockStep})
 	require.NoError(t, s.Request(1))
 	require.NoError(t, s.Request(0))
 	require.NoError(t, s.Run())
@@ -393,7 +379,7 @@ func TestSimulationMermaid(t *testing.T) {
 	require.Equal(t, want, b.String())
 
 	// The same properties, on a random run of five peers.
-	s = simulation(t, variant{alg: Lamport}, 5, WithSeed(3))
+	s = simulation(t, variant{alg: Lamport}, 5, SimConfig{Seed: 3})
 	for p := range 5 {
 		require.NoError(t, s.Request(p))
 	}
@@ -422,7 +408,7 @@ func TestSimulationMermaid(t *testing.T) {
 }
 
 func TestSimulationWithoutTrace(t *testing.T) {
-	s := simulation(t, variant{alg: Centralized}, 2, WithoutTrace())
+	s := simulation(t, variant{alg: Centralized}, 2, SimConfig{NoTrace: true})
 	require.NoError(t, s.Request(1))
 	require.NoError(t, s.Run())
 	assert.Nil(t, s.Events())
@@ -435,7 +421,7 @@ func TestSimulationWithoutTrace(t *testing.T) {
 // messages are delivered: with four contenders, some message reaches
 // somebody between an entry and the matching exit.
 func TestSimulationLeaveIsAStep(t *testing.T) {
-	s := simulation(t, variant{alg: RicartAgrawala}, 4, WithSeed(1))
+	s := simulation(t, variant{alg: RicartAgrawala}, 4, SimConfig{Seed: 1})
 	for p := range 4 {
 		require.NoError(t, s.Request(p))
 	}
@@ -480,7 +466,7 @@ func TestSimulationDetectsViolations(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			s := simulation(t, variant{alg: Centralized}, 2)
+			s := simulation(t, variant{alg: Centralized}, 2, SimConfig{})
 			s.w.replaceMachines(func(i, _ int) machine { return &fakeMachine{never: tt.never} })
 			err := s.Request(0)
 			if err == nil {
@@ -509,16 +495,18 @@ func TestSimulationFindsMutants(t *testing.T) {
 	tests := []struct {
 		name    string
 		alg     Algorithm
-		opts    []Option
+		cfg     SimConfig
 		wantMsg string
 	}{
-		{"ricart-agrawala/tie-reply", RicartAgrawala, []Option{WithVariant("ricart-agrawala-tie-reply")}, "was inside"},
-		{"lamport/reorder", Lamport, []Option{WithDelivery(DeliverReorder), WithUnsafeDelivery()}, "was inside"},
+		{"ricart-agrawala/tie-reply", RicartAgrawala, SimConfig{Variant: "ricart-agrawala-tie-reply"}, "was inside"},
+		{"lamport/reorder", Lamport, SimConfig{Delivery: DeliverReorder, UnsafeDelivery: true}, "was inside"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			for seed := range int64(2000) {
-				s, err := NewSimulation(tt.alg, 3, append(tt.opts, WithSeed(seed))...)
+				cfg := tt.cfg
+				cfg.Seed = uint64(seed)
+				s, err := NewSimulation(tt.alg, 3, cfg)
 				require.NoError(t, err)
 				for p := range 3 {
 					require.NoError(t, s.Request(p))
@@ -569,7 +557,7 @@ func TestLongRandomRuns(t *testing.T) {
 					t.Parallel() // a simulation on the test's goroutine: two at once on two cores
 					start := time.Now()
 					seed := int64(n)*1000 + int64(d)
-					s := simulation(t, v, n, WithSeed(seed), WithDelivery(d), WithoutTrace())
+					s := simulation(t, v, n, SimConfig{Seed: uint64(seed), Delivery: d, NoTrace: true})
 					rng := rand.New(rand.NewPCG(uint64(seed), 99))
 					// Bursts of requests from random peers, then a random
 					// number of steps: contention comes and goes.
@@ -620,7 +608,7 @@ func (c *circler) appendState(b []byte) []byte { return b }
 // TestSimulationRunEndsOnIdleTraffic checks that Run returns once every
 // request is served even if messages never stop.
 func TestSimulationRunEndsOnIdleTraffic(t *testing.T) {
-	s := simulation(t, variant{alg: Centralized}, 3, WithoutTrace())
+	s := simulation(t, variant{alg: Centralized}, 3, SimConfig{NoTrace: true})
 	s.w.replaceMachines(func(i, _ int) machine { return &circler{id: i, n: 3} })
 	require.NoError(t, s.Request(0))
 	require.NoError(t, s.Run())
@@ -639,7 +627,7 @@ func BenchmarkSimulation(b *testing.B) {
 		for _, n := range []int{3, 16, 64} {
 			b.Run(fmt.Sprintf("alg=%s/n=%d", v.name, n), func(b *testing.B) {
 				b.ReportAllocs()
-				s := simulation(b, v, n, WithoutTrace())
+				s := simulation(b, v, n, SimConfig{NoTrace: true})
 				rng := rand.New(rand.NewPCG(1, 2))
 				for made := 0; made < b.N; {
 					burst := min(1+rng.IntN(n), b.N-made)
@@ -670,7 +658,7 @@ func BenchmarkSimulation(b *testing.B) {
 func TestSimulationEventsCarryTheirStep(t *testing.T) {
 	for _, d := range []Delivery{DeliverFIFO, DeliverReorder, DeliverLockStep} {
 		t.Run(d.String(), func(t *testing.T) {
-			s := simulation(t, variant{alg: RicartAgrawala}, 3, WithSeed(1), WithDelivery(d))
+			s := simulation(t, variant{alg: RicartAgrawala}, 3, SimConfig{Seed: 1, Delivery: d})
 			for p := range 3 {
 				require.NoError(t, s.Request(p))
 			}
@@ -708,7 +696,7 @@ func TestSimulationSeedKeepsItsRun(t *testing.T) {
 		{DeliverReorder, "021120100L021L12L2"},
 	} {
 		t.Run(tt.d.String(), func(t *testing.T) {
-			s := simulation(t, variant{alg: RicartAgrawala}, 3, WithSeed(5), WithDelivery(tt.d))
+			s := simulation(t, variant{alg: RicartAgrawala}, 3, SimConfig{Seed: 5, Delivery: tt.d})
 			for p := range 3 {
 				require.NoError(t, s.Request(p))
 			}
@@ -758,7 +746,7 @@ func (m *swallower) appendState(b []byte) []byte { return appendBool(b, m.token)
 // message after it stays undelivered, and the peer inside does not
 // leave.
 func TestSimulationLockStepStopsAtAViolation(t *testing.T) {
-	s := simulation(t, variant{alg: Centralized}, 3, WithDelivery(DeliverLockStep))
+	s := simulation(t, variant{alg: Centralized}, 3, SimConfig{Delivery: DeliverLockStep})
 	s.w.replaceMachines(func(id, _ int) machine { return &swallower{id: id, token: id == 0} })
 	require.NoError(t, s.Request(0)) // inside, with the token
 	require.NoError(t, s.Request(1))
@@ -784,7 +772,7 @@ func TestSimulationLockStepStopsAtAViolation(t *testing.T) {
 // lock-step round (a machine that enters on leaving) is the round's
 // error, which the token check after the leave must not overwrite.
 func TestSimulationLockStepKeepsALeaveViolation(t *testing.T) {
-	s := simulation(t, variant{alg: Centralized}, 2, WithDelivery(DeliverLockStep))
+	s := simulation(t, variant{alg: Centralized}, 2, SimConfig{Delivery: DeliverLockStep})
 	s.w.replaceMachines(func(int, int) machine {
 		m := newScripted()
 		m.enterOnRelease = true
@@ -813,7 +801,7 @@ func (m *spinner) appendState(b []byte) []byte { return b }
 // policy.
 func TestSimulationFindsLivelock(t *testing.T) {
 	for _, d := range []Delivery{DeliverFIFO, DeliverReorder, DeliverLockStep} {
-		s := simulation(t, variant{alg: Centralized}, 3, WithDelivery(d), WithoutTrace())
+		s := simulation(t, variant{alg: Centralized}, 3, SimConfig{Delivery: d, NoTrace: true})
 		s.w.replaceMachines(func(id, n int) machine { return &spinner{id: id, n: n} })
 		require.NoError(t, s.Request(0))
 		err := s.Run()

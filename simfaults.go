@@ -2,7 +2,6 @@ package dmutex
 
 import (
 	"errors"
-	"fmt"
 )
 
 // ErrBlocked is wrapped by the error Run and Step return when requests are
@@ -15,86 +14,10 @@ import (
 // still a deadlock and wraps ErrViolation.
 var ErrBlocked = errors.New("dmutex: blocked by a fault")
 
-// WithLoss makes a Simulation lose each message it is handed with
-// probability p, drawn from the simulation's seed, so that a lossy run
-// replays exactly. A lost message still counts in Stats, as it does in a
-// Cluster, where it was handed to the transport. It applies to
-// NewSimulation only; for a Cluster, see WithFaults.
-func WithLoss(p float64) Option {
-	return Option{
-		name:  "WithLoss",
-		where: forSimulation | forWorld,
-		apply: func(c *config) error {
-			if !(p >= 0 && p <= 1) {
-				return fmt.Errorf("%w: WithLoss(%v): want a probability from 0 to 1", ErrInvalidConfig, p)
-			}
-			c.sim.loss = p
-			return nil
-		},
-	}
-}
-
-// WithFalseSuspicions makes a Simulation's failure detector imperfect: at
-// each scheduling step, with probability rate drawn from the seed, a live
-// peer chosen at random starts to suspect another live peer that it
-// trusts now, before the step's own choice. The detector trusts a
-// suspected live peer again later, at a scheduling step of its own chosen
-// like a delivery, as it suspects a crashed peer after Crash. A run with
-// false suspicions replays exactly, as any run does; FalseSuspicions
-// counts them. Machines act on suspicions only under WithRecovery, and
-// with it a false suspicion may let two peers in at once, which the run
-// reports as a violation: that is the imperfect detector's lesson.
-//
-// A Simulation with a detector (this option, or WithRecovery) has at most
-// 8 peers. The rate must be from 0 to 1, and DeliverLockStep, which uses
-// no randomness, refuses it. It applies to NewSimulation only.
-func WithFalseSuspicions(rate float64) Option {
-	return Option{
-		name:  "WithFalseSuspicions",
-		where: forSimulation,
-		apply: func(c *config) error {
-			if !(rate >= 0 && rate <= 1) {
-				return fmt.Errorf("%w: WithFalseSuspicions(%v): want a probability from 0 to 1", ErrInvalidConfig, rate)
-			}
-			c.sim.suspect = rate
-			return nil
-		},
-	}
-}
-
-// WithDetector sets a Simulation's failure detector. Without it the
-// detector is perfect under WithRecovery or WithFalseSuspicions and absent
-// otherwise, and a run is the same, event for event, whether or not this
-// option names that default.
-//
-// DetectorNone runs no detector, so that machines with WithRecovery never
-// hear a suspicion, as in Check without one. DetectorPerfect has each
-// survivor suspect a crashed peer at a scheduling step of its own, as
-// WithRecovery alone does; it needs no WithRecovery, for a variant that
-// acts on suspicions by itself (ricart-agrawala-naive-exclusion).
-// DetectorImperfect also allows up to d.FalseSuspicions suspicions of live
-// peers, made by hand: the World offers each as a transition with an ID
-// such as "s1-0" (World.Transitions, Find and Apply, as in Check), the
-// scheduler never takes one, and the suspected peer is trusted again at a
-// scheduling step of its own. Suspicions fired by WithFalseSuspicions
-// count against that bound.
-//
-// A kind past DetectorImperfect, a negative bound, a bound for another
-// kind, or DetectorNone with a non-zero WithFalseSuspicions rate is an
-// error wrapping ErrInvalidConfig; a detector models at most 8 peers. It
-// applies to NewSimulation only; Check takes CheckConfig.Detector.
-func WithDetector(d Detector) Option {
-	return Option{
-		name:  "WithDetector",
-		where: forSimulation,
-		apply: func(c *config) error {
-			if d.Kind > DetectorImperfect || d.FalseSuspicions < 0 || (d.Kind != DetectorImperfect && d.FalseSuspicions != 0) {
-				return fmt.Errorf("%w: WithDetector: detector %v with %d false suspicions", ErrInvalidConfig, d.Kind, d.FalseSuspicions)
-			}
-			c.sim.detector = &d
-			return nil
-		},
-	}
+// valid reports whether d is a detector a Simulation can run: a known
+// kind, and a bound of false suspicions only for an imperfect one.
+func (d Detector) valid() bool {
+	return d.Kind <= DetectorImperfect && d.FalseSuspicions >= 0 && (d.Kind == DetectorImperfect || d.FalseSuspicions == 0)
 }
 
 // Crash stops peer for good: every message to or from it is lost, those

@@ -41,7 +41,7 @@ func entered(s *Simulation, peer int) int {
 // diagram and the error that ended the run: nil, ErrBlocked, or for
 // Lamport, which loss can make unsafe, ErrViolation.
 func faultyRun(t *testing.T, v variant, d Delivery, seed int64) (string, string, error) {
-	s := simulation(t, v, 5, WithSeed(seed), WithDelivery(d), WithLoss(0.05))
+	s := simulation(t, v, 5, SimConfig{Seed: uint64(seed), Delivery: d, Loss: 0.05})
 	rng := rand.New(rand.NewPCG(11, 11)) // the same workload every time
 	var err error
 	for i := 0; i < 30 && !errors.Is(err, ErrViolation); i++ {
@@ -116,7 +116,7 @@ func TestSimulationLossKeepsSafety(t *testing.T) {
 				t.Run(fmt.Sprintf("%s/%v/loss=%v", v.name, d, loss), func(t *testing.T) {
 					var blocked, lost, unsafe int
 					for seed := range int64(seeds) {
-						s := simulation(t, v, 5, WithSeed(seed), WithDelivery(d), WithLoss(loss))
+						s := simulation(t, v, 5, SimConfig{Seed: uint64(seed), Delivery: d, Loss: loss})
 						rng := rand.New(rand.NewPCG(uint64(seed), 3))
 						var err error
 						for range 40 {
@@ -171,7 +171,7 @@ func TestSimulationLossKeepsSafety(t *testing.T) {
 // Ricart-Agrawala peers has crashed: its request is lost on sending, the
 // run blocks, and the log and diagram show the loss.
 func TestSimulationLostTrace(t *testing.T) {
-	s := simulation(t, variant{alg: RicartAgrawala}, 3, WithDelivery(DeliverLockStep))
+	s := simulation(t, variant{alg: RicartAgrawala}, 3, SimConfig{Delivery: DeliverLockStep})
 	require.NoError(t, s.Crash(2))
 	require.NoError(t, s.Request(0))
 	err := s.Run()
@@ -210,7 +210,7 @@ func TestSimulationLostTrace(t *testing.T) {
 func TestSimulationPartitionInFlight(t *testing.T) {
 	for _, d := range []Delivery{DeliverFIFO, DeliverReorder, DeliverLockStep} {
 		t.Run(d.String(), func(t *testing.T) {
-			s := simulation(t, variant{alg: Centralized}, 4, WithDelivery(d))
+			s := simulation(t, variant{alg: Centralized}, 4, SimConfig{Delivery: d})
 			require.NoError(t, s.Request(2)) // request P2->P0 in flight
 			require.NoError(t, s.Request(1)) // request P1->P0 in flight
 			require.NoError(t, s.Partition([]int{0, 1}))
@@ -233,7 +233,7 @@ func TestSimulationPartitionInFlight(t *testing.T) {
 // inside never leaves: a second entry is a violation, and a crashed token
 // holder does not count as a lost token.
 func TestSimulationCrashInsideHoldsForever(t *testing.T) {
-	s := simulation(t, variant{alg: Centralized}, 2)
+	s := simulation(t, variant{alg: Centralized}, 2, SimConfig{})
 	s.w.replaceMachines(func(i, _ int) machine { return &fakeMachine{} })
 	require.NoError(t, s.Request(0))
 	require.NoError(t, s.Crash(0))
@@ -244,7 +244,7 @@ func TestSimulationCrashInsideHoldsForever(t *testing.T) {
 	require.ErrorIs(t, err, ErrViolation)
 	assert.Contains(t, err.Error(), "peer 1 entered while peer 0, which crashed inside, never left")
 
-	tok := simulation(t, variant{alg: SuzukiKasami}, 3)
+	tok := simulation(t, variant{alg: SuzukiKasami}, 3, SimConfig{})
 	enterThenCrash(t, tok, 0)
 	require.NoError(t, tok.Request(1))
 	err = tok.Run()
@@ -256,7 +256,7 @@ func TestSimulationCrashInsideHoldsForever(t *testing.T) {
 // is kept for runs a fault has struck: a fault-free deadlock, even with
 // a partition that lost nothing, is still a violation.
 func TestSimulationDeadlockWithoutFaultIsAViolation(t *testing.T) {
-	s := simulation(t, variant{alg: Centralized}, 2)
+	s := simulation(t, variant{alg: Centralized}, 2, SimConfig{})
 	s.w.replaceMachines(func(i, _ int) machine { return &fakeMachine{never: true} })
 	require.NoError(t, s.Partition([]int{0}, []int{1}))
 	require.NoError(t, s.Request(0))
@@ -268,18 +268,15 @@ func TestSimulationDeadlockWithoutFaultIsAViolation(t *testing.T) {
 func TestSimulationFaultsBadInput(t *testing.T) {
 	for _, p := range []float64{-0.1, 1.5, math.NaN()} {
 		t.Run(fmt.Sprintf("loss=%v", p), func(t *testing.T) {
-			_, err := NewSimulation(Centralized, 3, WithLoss(p))
+			_, err := NewSimulation(Centralized, 3, SimConfig{Loss: p})
 			require.ErrorIs(t, err, ErrInvalidConfig)
-			assert.Contains(t, err.Error(), fmt.Sprintf("WithLoss(%v)", p))
+			assert.Contains(t, err.Error(), fmt.Sprintf("SimConfig.Loss %v", p))
 		})
 	}
 	for _, p := range []float64{0, 1} {
-		_, err := NewSimulation(Centralized, 3, WithLoss(p))
-		assert.NoError(t, err, "WithLoss(%v), a bound of the range, is a probability", p)
+		_, err := NewSimulation(Centralized, 3, SimConfig{Loss: p})
+		assert.NoError(t, err, "Loss %v, a bound of the range, is a probability", p)
 	}
-	_, err := New(Centralized, 3, WithLoss(0.5))
-	require.ErrorIs(t, err, ErrInvalidConfig)
-	assert.Contains(t, err.Error(), "WithLoss does not apply to a cluster")
 
 	tests := []struct {
 		name    string
@@ -293,7 +290,7 @@ func TestSimulationFaultsBadInput(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			s := simulation(t, variant{alg: Centralized}, 3)
+			s := simulation(t, variant{alg: Centralized}, 3, SimConfig{})
 			err := tt.fault(s)
 			require.ErrorIs(t, err, ErrInvalidConfig)
 			assert.Contains(t, err.Error(), tt.wantMsg)
@@ -302,7 +299,7 @@ func TestSimulationFaultsBadInput(t *testing.T) {
 		})
 	}
 
-	s := simulation(t, variant{alg: Centralized}, 3)
+	s := simulation(t, variant{alg: Centralized}, 3, SimConfig{})
 	s.Heal()
 	assert.Empty(t, s.Events(), "a heal with no partition leaves no trace")
 	require.NoError(t, s.Crash(2))
@@ -314,7 +311,7 @@ func TestSimulationFaultsBadInput(t *testing.T) {
 		}
 	}
 	assert.Equal(t, 1, crashes, "a second crash of a crashed peer is no event")
-	err = s.Request(2)
+	err := s.Request(2)
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "request by peer 2, which has crashed")
 	require.NoError(t, s.Request(1), "the refusal does not stick")
@@ -337,7 +334,7 @@ func TestEventKindStringFaults(t *testing.T) {
 // j" stands for "no older request from j is on its way", which a lost
 // request falsifies for good.
 func TestSimulationLamportLostRequestBreaksSafety(t *testing.T) {
-	s := simulation(t, variant{alg: Lamport}, 2, WithDelivery(DeliverLockStep))
+	s := simulation(t, variant{alg: Lamport}, 2, SimConfig{Delivery: DeliverLockStep})
 	for _, p := range []int{1, 0} {
 		require.NoError(t, s.Request(p))
 		require.NoError(t, s.Run())
@@ -357,7 +354,7 @@ func TestSimulationLamportLostRequestBreaksSafety(t *testing.T) {
 func TestSimulationCrashLosesInFlight(t *testing.T) {
 	for _, d := range []Delivery{DeliverFIFO, DeliverReorder, DeliverLockStep} {
 		t.Run(d.String(), func(t *testing.T) {
-			s := simulation(t, variant{alg: RicartAgrawala}, 3, WithDelivery(d))
+			s := simulation(t, variant{alg: RicartAgrawala}, 3, SimConfig{Delivery: d})
 			require.NoError(t, s.Request(0)) // m1 P0->P1, m2 P0->P2
 			require.NoError(t, s.Request(1)) // m3 P1->P0, m4 P1->P2
 			require.NoError(t, s.Crash(0))
@@ -383,7 +380,7 @@ func TestSimulationCrashLosesInFlight(t *testing.T) {
 func TestSimulationCrashWithdrawsRequests(t *testing.T) {
 	for _, requests := range []int{1, 2} {
 		t.Run(fmt.Sprintf("requests=%d", requests), func(t *testing.T) {
-			s := simulation(t, variant{alg: RicartAgrawala}, 3)
+			s := simulation(t, variant{alg: RicartAgrawala}, 3, SimConfig{})
 			for range requests {
 				require.NoError(t, s.Request(1)) // the second is queued at the peer
 			}

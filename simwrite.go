@@ -7,8 +7,8 @@ import (
 	"io"
 )
 
-// errNoTrace is returned by the writers of a Simulation built WithoutTrace.
-var errNoTrace = errors.New("dmutex: simulation has no trace (built WithoutTrace)")
+// errNoTrace is returned by the writers of a Simulation built with SimConfig.NoTrace.
+var errNoTrace = errors.New("dmutex: simulation has no trace (built with SimConfig.NoTrace)")
 
 // WriteLog writes the events so far as a plain log, one line per event in
 // the form of Event.String: the step, the peer, what it did and, for

@@ -220,7 +220,7 @@ func TestSuzukiKasamiCloneAndState(t *testing.T) {
 func TestSuzukiKasamiMutantIsCaught(t *testing.T) {
 	caught := 0
 	for seed := range uint64(300) {
-		nw := newTokNet(t, SuzukiKasami, 3, WithVariant("suzuki-kasami-outdated-token"))
+		nw := newTokNet(t, SuzukiKasami, 3, "suzuki-kasami-outdated-token")
 		if nw.runRandom(rand.New(rand.NewPCG(seed, 1)), false, 4) != nil {
 			caught++
 		}

@@ -36,6 +36,16 @@ type Timing struct {
 
 	// Seed seeds the jitter and the arrivals.
 	Seed uint64
+
+	// Network is the network model: with NetworkFIFO (the default) a
+	// message never overtakes an earlier one between the same two peers;
+	// with NetworkUnordered a jittered one may, for any algorithm, as in
+	// a World.
+	Network Network
+
+	// Variant, if not empty, names a variant of the algorithm to run
+	// instead (see WorldConfig.Variant).
+	Variant string
 }
 
 // TimedResult is what a timed run measured, every time in units of T.
@@ -125,13 +135,12 @@ type timedRun struct {
 // the synchronization delay, response time and throughput in units of
 // T, the message delay. Every message takes T (or a seeded jittered
 // delay; a message never overtakes an earlier one between the same two
-// peers unless WithDelivery(DeliverReorder) is given), every
+// peers unless tm.Network is NetworkUnordered), every
 // critical section lasts tm.CS, and requests arrive by a seeded Poisson
 // process per peer at tm.Rate, or as fast as the peers can take them.
 // Events due at the same instant happen in the order they were
 // scheduled. The run uses no clock: the same arguments give the same
-// result. It takes the algorithm's options, WithDelivery and
-// WithVariant, as NewWorld does; a protocol
+// result. It takes the algorithm's options, as NewWorld does; a protocol
 // violation ends it with an error wrapping ErrViolation, and bad timing
 // with one wrapping ErrInvalidConfig.
 func RunTimed(alg Algorithm, n int, tm Timing, opts ...Option) (TimedResult, error) {
@@ -148,7 +157,7 @@ func RunTimed(alg Algorithm, n int, tm Timing, opts ...Option) (TimedResult, err
 	if tm.Entries == 0 {
 		tm.Entries = 400
 	}
-	w, err := NewWorld(alg, n, append(opts[:len(opts):len(opts)], WithoutTrace())...)
+	w, err := NewWorld(alg, n, WorldConfig{Network: tm.Network, Variant: tm.Variant, NoTrace: true}, opts...)
 	if err != nil {
 		return TimedResult{}, err
 	}

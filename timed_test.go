@@ -132,7 +132,7 @@ func TestTimedBadTiming(t *testing.T) {
 // TestTimedReorder runs Ricart-Agrawala, which needs no FIFO channels,
 // on an unordered network with jitter: later messages may overtake.
 func TestTimedReorder(t *testing.T) {
-	r, err := RunTimed(RicartAgrawala, 4, Timing{Jitter: 0.9, CS: 0.2, Entries: 100, Seed: 2}, WithDelivery(DeliverReorder))
+	r, err := RunTimed(RicartAgrawala, 4, Timing{Jitter: 0.9, CS: 0.2, Entries: 100, Seed: 2, Network: NetworkUnordered})
 	require.NoError(t, err)
 	assert.Equal(t, 100, r.Entries)
 	assert.InDelta(t, 6, r.Messages, 0.1, "2(N-1) messages per entry")

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -28,10 +27,9 @@ type tokNet struct {
 	w   *World
 }
 
-func newTokNet(t testing.TB, alg Algorithm, n int, opts ...Option) *tokNet {
+func newTokNet(t testing.TB, alg Algorithm, n int, variant string, opts ...Option) *tokNet {
 	t.Helper()
-	opts = append(slices.Clip(opts), WithoutTrace(), WithDelivery(DeliverReorder))
-	cfg, err := newConfig(alg, n, forWorld, opts)
+	cfg, err := newWorldConfig(alg, n, WorldConfig{Variant: variant, NoTrace: true, Network: NetworkUnordered}, opts)
 	require.NoError(t, err)
 	w, err := newWorld(cfg, nil)
 	require.NoError(t, err)
@@ -479,7 +477,7 @@ func TestTokenRandomDelivery(t *testing.T) {
 			for _, fifo := range []bool{true, false} {
 				t.Run(fmt.Sprintf("%v/n=%d/fifo=%v", tt.alg, n, fifo), func(t *testing.T) {
 					for seed := range uint64(seeds) {
-						nw := newTokNet(t, tt.alg, n)
+						nw := newTokNet(t, tt.alg, n, "")
 						err := nw.runRandom(rand.New(rand.NewPCG(seed, uint64(tt.alg))), fifo, 4)
 						require.NoError(t, err, "seed %d", seed)
 					}

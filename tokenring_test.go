@@ -166,7 +166,7 @@ func TestTokenRingWakeRace(t *testing.T) {
 	for _, wakeFirst := range []bool{true, false} {
 		t.Run("wake first="+strconv.FormatBool(wakeFirst), func(t *testing.T) {
 			const n = 3
-			nw := newTokNet(t, TokenRing, n)
+			nw := newTokNet(t, TokenRing, n, "")
 			require.NoError(t, nw.request(0))
 			require.NoError(t, nw.release(0)) // token to 1, idle lap begins
 			require.NoError(t, nw.deliver(0)) // 1 passes it to 2
@@ -198,7 +198,7 @@ func TestTokenRingWakeRace(t *testing.T) {
 func TestTokenRingLightLoadCounts(t *testing.T) {
 	for _, n := range []int{1, 2, 3, 5, 8} {
 		t.Run("n="+strconv.Itoa(n), func(t *testing.T) {
-			nw := newTokNet(t, TokenRing, n)
+			nw := newTokNet(t, TokenRing, n, "")
 			rng := rand.New(rand.NewPCG(uint64(n), 7))
 			rest := 0
 			var total int
@@ -235,7 +235,7 @@ func TestTokenRingLightLoadCounts(t *testing.T) {
 func TestTokenRingFullLoadCounts(t *testing.T) {
 	for _, n := range []int{2, 3, 5, 8} {
 		t.Run("n="+strconv.Itoa(n), func(t *testing.T) {
-			nw := newTokNet(t, TokenRing, n)
+			nw := newTokNet(t, TokenRing, n, "")
 			for id := range n {
 				require.NoError(t, nw.request(id)) // 0 enters; the others wake 0, in vain
 			}

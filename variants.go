@@ -8,9 +8,9 @@ import (
 
 // A Variant is a version of an algorithm that the textbooks warn about,
 // kept as teaching content: a name, what it teaches, and the smallest
-// configuration in which Check refutes it. WithVariant selects one in a
-// Simulation, a World or Check; a Cluster and NewPeer refuse it, since a
-// variant is broken on purpose.
+// configuration in which Check refutes it. SimConfig.Variant,
+// WorldConfig.Variant and CheckConfig.Variant select one; a Cluster and
+// NewPeer take none, since a variant is broken on purpose.
 //
 // A variant is the real machine wrapped (variants.go): the wrapper
 // rewrites the machine's output or intercepts one event, so that the
@@ -220,37 +220,33 @@ func LookupVariant(name string) (*Variant, error) {
 	return nil, fmt.Errorf("%w: unknown variant %q (want one of %s)", ErrInvalidConfig, name, strings.Join(names, ", "))
 }
 
-// WithVariant runs the variant named name instead of the real algorithm;
-// the algorithm given to the constructor must be the variant's. It
-// applies to NewSimulation, NewWorld and Check only: New and NewPeer
-// refuse it, since a variant is broken on purpose.
-func WithVariant(name string) Option {
-	return Option{
-		name:  "WithVariant",
-		where: forSimulation | forWorld,
-		apply: func(c *config) error {
-			v, err := LookupVariant(name)
-			if err != nil {
-				return err
-			}
-			if v.Algorithm != c.alg {
-				return fmt.Errorf("%w: variant %s is of %v, not %v", ErrInvalidConfig, name, v.Algorithm, c.alg)
-			}
-			c.variant = v
-			if v.unordered {
-				c.sim.unsafe = true
-			}
-			return nil
-		},
+// setVariant has c run the variant named name instead of the real
+// algorithm, which must be the variant's (SimConfig.Variant,
+// WorldConfig.Variant, CheckConfig.Variant).
+func (c *config) setVariant(name string) error {
+	v, err := LookupVariant(name)
+	if err != nil {
+		return err
 	}
+	if v.Algorithm != c.alg {
+		return fmt.Errorf("%w: variant %s is of %v, not %v", ErrInvalidConfig, name, v.Algorithm, c.alg)
+	}
+	c.variant = v
+	if v.unordered {
+		c.sim.unsafe = true
+	}
+	return nil
 }
 
-// withRuntimeVariant is WithVariant for a Cluster, for the tests that
-// show the runtime's own tests catch a variant. Not for real use.
+// withRuntimeVariant runs a variant in a Cluster, for the tests that show
+// the runtime's own tests catch a variant. Not for real use: New and
+// NewPeer take no variant, since a variant is broken on purpose.
 func withRuntimeVariant(name string) Option {
-	o := WithVariant(name)
-	o.where = forAll
-	return o
+	return Option{
+		name:  "withRuntimeVariant",
+		where: forAll,
+		apply: func(c *config) error { return c.setVariant(name) },
+	}
 }
 
 // Ricart-Agrawala replying on a timestamp tie.

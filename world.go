@@ -151,56 +151,101 @@ type InFlight struct {
 	Msg Message
 }
 
-// Unlimited, given to WithRequests or as CheckConfig.Requests, lets
-// every peer request again whenever it is idle, for ever.
+// Unlimited, as WorldConfig.Requests or Tries or CheckConfig.Requests or
+// Tries, lets every peer request (or try) again whenever it is idle, for
+// ever.
 const Unlimited = -1
 
-// WithRequests lets every peer of a World make k requests, each as a
-// transition of its own (TransRequest) whenever the peer is idle; k may
-// be Unlimited. The default is none: requests come only from
-// World.Request. It applies to NewWorld only.
-func WithRequests(k int) Option {
-	return budgetOption("WithRequests", k, func(c *config) *int { return &c.requests })
+// A WorldConfig is what a World needs beside its algorithm, its size and
+// the algorithm's options, in the words of CheckConfig, which builds its
+// worlds from the same settings. The zero WorldConfig is a world over
+// per-pair FIFO queues, with no requests but those of World.Request, no
+// loss, and a trace.
+type WorldConfig struct {
+	// Variant, if not empty, names a variant (see Variants) to run
+	// instead of the real algorithm; the algorithm given to NewWorld must
+	// be the variant's. Unlike CheckConfig.Variant it adds none of the
+	// variant's Options: give them as options.
+	Variant string
+
+	// Network is the network model: NetworkFIFO (the default, also for
+	// NetworkDefault) keeps a FIFO queue per ordered pair of peers, and
+	// NetworkUnordered an unordered bag of messages in flight, for any
+	// algorithm, as in Check: the world is where one sees why an
+	// algorithm needs FIFO.
+	Network Network
+
+	// Requests lets every peer make that many requests, each as a
+	// transition of its own (TransRequest) whenever the peer is idle; it
+	// may be Unlimited. Zero, the default, is none: requests come only
+	// from World.Request.
+	Requests int
+
+	// Tries lets every peer make that many tries, each as a transition of
+	// its own (TransTry) whenever the peer is idle, beside its requests;
+	// it may be Unlimited. A try is what TryLock asks of the machine: it
+	// enters, or it is refused, without waiting for a holder to leave.
+	// The default is none.
+	Tries int
+
+	// Loss is the probability, from 0 to 1, that a message is lost as it
+	// is sent, drawn from Seed's stream of its own.
+	Loss float64
+	// Seed seeds the draws of Loss.
+	Seed uint64
+
+	// NoTrace stops the world from recording its events (World.Events).
+	NoTrace bool
 }
 
-// WithTries lets every peer of a World make k tries, each as a transition
-// of its own (TransTry) whenever the peer is idle, beside its requests; k
-// may be Unlimited. A try is what TryLock asks of the machine: it enters,
-// or it is refused, without waiting for a holder to leave. The default is
-// none. It applies to NewWorld only.
-func WithTries(k int) Option {
-	return budgetOption("WithTries", k, func(c *config) *int { return &c.tries })
-}
-
-// budgetOption is a World option that sets the budget field picks to k,
-// which must be zero or more, or Unlimited.
-func budgetOption(name string, k int, field func(*config) *int) Option {
-	return Option{
-		name:  name,
-		where: forWorld,
-		apply: func(c *config) error {
-			if k < Unlimited {
-				return fmt.Errorf("%w: %s(%d): want zero or more, or Unlimited", ErrInvalidConfig, name, k)
-			}
-			*field(c) = k
-			return nil
-		},
+// apply validates wc and sets it in c.
+func (wc WorldConfig) apply(c *config) error {
+	switch {
+	case wc.Network > NetworkUnordered:
+		return fmt.Errorf("%w: WorldConfig.Network: unknown network %v", ErrInvalidConfig, wc.Network)
+	case wc.Requests < Unlimited:
+		return fmt.Errorf("%w: WorldConfig.Requests %d: want zero or more, or Unlimited", ErrInvalidConfig, wc.Requests)
+	case wc.Tries < Unlimited:
+		return fmt.Errorf("%w: WorldConfig.Tries %d: want zero or more, or Unlimited", ErrInvalidConfig, wc.Tries)
+	case !(wc.Loss >= 0 && wc.Loss <= 1):
+		return fmt.Errorf("%w: WorldConfig.Loss %v: want a probability from 0 to 1", ErrInvalidConfig, wc.Loss)
 	}
+	if wc.Variant != "" {
+		if err := c.setVariant(wc.Variant); err != nil {
+			return err
+		}
+	}
+	if wc.Network == NetworkUnordered {
+		c.sim.delivery, c.sim.unsafe = DeliverReorder, true
+	}
+	c.requests, c.tries = wc.Requests, wc.Tries
+	c.sim.loss, c.sim.seed = wc.Loss, wc.Seed
+	c.sim.noTrace = wc.NoTrace
+	return nil
 }
 
 // NewWorld builds the world of n peers running alg at its start: nothing
-// requested and nothing in flight. It takes the algorithm's options and
-// WithDelivery (DeliverFIFO, the default, for per-pair FIFO queues; any
-// other policy for an unordered bag), WithUnsafeDelivery, WithoutTrace,
-// WithLoss, WithSeed (for the loss draws), WithVariant, WithRequests and
-// WithTries.
-// Invalid n or options give an error wrapping ErrInvalidConfig.
-func NewWorld(alg Algorithm, n int, opts ...Option) (*World, error) {
-	cfg, err := newConfig(alg, n, forWorld, opts)
+// requested and nothing in flight. It takes the algorithm's options, as
+// New does, and cfg for the rest (see WorldConfig). Invalid n,
+// configuration or options give an error wrapping ErrInvalidConfig.
+func NewWorld(alg Algorithm, n int, cfg WorldConfig, opts ...Option) (*World, error) {
+	c, err := newWorldConfig(alg, n, cfg, opts)
 	if err != nil {
 		return nil, err
 	}
-	return newWorld(cfg, nil)
+	return newWorld(c, nil)
+}
+
+// newWorldConfig checks and applies a world's configuration and options.
+func newWorldConfig(alg Algorithm, n int, wc WorldConfig, opts []Option) (*config, error) {
+	c, err := newConfig(alg, n, forWorld, opts)
+	if err != nil {
+		return nil, err
+	}
+	if err := wc.apply(c); err != nil {
+		return nil, err
+	}
+	return c, nil
 }
 
 // newWorld builds a world from a checked configuration; build, if set,
@@ -208,7 +253,7 @@ func NewWorld(alg Algorithm, n int, opts ...Option) (*World, error) {
 func newWorld(cfg *config, build func(id, n int) machine) (*World, error) {
 	alg, n := cfg.alg, cfg.n
 	if cfg.sim.delivery == DeliverReorder && alg.NeedsFIFO() && !cfg.sim.unsafe {
-		return nil, fmt.Errorf("%w: %v needs FIFO channels and delivery %v would reorder them (add WithUnsafeDelivery to insist)",
+		return nil, fmt.Errorf("%w: %v needs FIFO channels and delivery %v would reorder them (set SimConfig.UnsafeDelivery to insist)",
 			ErrInvalidConfig, alg, cfg.sim.delivery)
 	}
 	w := &World{
@@ -467,7 +512,7 @@ func (w *World) Stats() Stats {
 }
 
 // Events returns what has happened so far, in order; nil under
-// WithoutTrace. The slice is the caller's.
+// WorldConfig.NoTrace. The slice is the caller's.
 func (w *World) Events() []Event {
 	if !w.trace {
 		return nil

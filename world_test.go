@@ -12,7 +12,7 @@ import (
 func TestWorldDescribe(t *testing.T) {
 	for _, a := range Algorithms() {
 		t.Run(a.String(), func(t *testing.T) {
-			w, err := NewWorld(a, 3, WithRequests(1))
+			w, err := NewWorld(a, 3, WorldConfig{Requests: 1})
 			require.NoError(t, err)
 			for p := range 3 {
 				require.Implements(t, (*describer)(nil), w.ms[p])
@@ -36,7 +36,7 @@ func TestWorldDescribe(t *testing.T) {
 // on offer, their IDs and strings, a clone that goes its own way, and a
 // refused transition.
 func TestWorldTransitionsApplyClone(t *testing.T) {
-	w, err := NewWorld(RicartAgrawala, 2, WithRequests(1))
+	w, err := NewWorld(RicartAgrawala, 2, WorldConfig{Requests: 1})
 	require.NoError(t, err)
 	trs := w.Transitions()
 	require.Len(t, trs, 2)
@@ -87,7 +87,7 @@ func TestWorldTransitionsApplyClone(t *testing.T) {
 // TestWorldReplayByIDs: the same IDs from the same start give the same
 // world, so an explorer can keep a run as a list of IDs.
 func TestWorldReplayByIDs(t *testing.T) {
-	w, err := NewWorld(SuzukiKasami, 3, WithRequests(2), WithDelivery(DeliverReorder))
+	w, err := NewWorld(SuzukiKasami, 3, WorldConfig{Requests: 2, Network: NetworkUnordered})
 	require.NoError(t, err)
 	var ids []string
 	for i := 0; i < 40; i++ {
@@ -100,7 +100,7 @@ func TestWorldReplayByIDs(t *testing.T) {
 		_, err := w.Apply(tr)
 		require.NoError(t, err)
 	}
-	r, err := NewWorld(SuzukiKasami, 3, WithRequests(2), WithDelivery(DeliverReorder))
+	r, err := NewWorld(SuzukiKasami, 3, WorldConfig{Requests: 2, Network: NetworkUnordered})
 	require.NoError(t, err)
 	for _, id := range ids {
 		tr, ok := r.Find(id)
@@ -113,21 +113,24 @@ func TestWorldReplayByIDs(t *testing.T) {
 }
 
 func TestWorldBadInput(t *testing.T) {
-	_, err := NewWorld(Lamport, 3, WithRequests(-2))
+	_, err := NewWorld(Lamport, 3, WorldConfig{Requests: -2})
 	require.ErrorIs(t, err, ErrInvalidConfig)
-	require.ErrorContains(t, err, "WithRequests(-2)")
-	_, err = NewWorld(Lamport, 3, WithTries(-2))
+	require.ErrorContains(t, err, "WorldConfig.Requests -2")
+	_, err = NewWorld(Lamport, 3, WorldConfig{Tries: -2})
 	require.ErrorIs(t, err, ErrInvalidConfig)
-	require.ErrorContains(t, err, "WithTries(-2)")
-	bw, err := NewWorld(Lamport, 3, WithRequests(2), WithTries(Unlimited))
+	require.ErrorContains(t, err, "WorldConfig.Tries -2")
+	bw, err := NewWorld(Lamport, 3, WorldConfig{Requests: 2, Tries: Unlimited})
 	require.NoError(t, err)
-	assert.Equal(t, 2, bw.Peer(1).Budget, "WithRequests sets the request budget")
-	assert.Equal(t, Unlimited, bw.Peer(1).Tries, "WithTries sets the try budget")
-	_, err = NewSimulation(Lamport, 3, WithRequests(1))
-	require.ErrorIs(t, err, ErrInvalidConfig, "requests as transitions are for a world")
-	_, err = NewWorld(Lamport, 3, WithDelivery(DeliverReorder))
+	assert.Equal(t, 2, bw.Peer(1).Budget, "Requests sets the request budget")
+	assert.Equal(t, Unlimited, bw.Peer(1).Tries, "Tries sets the try budget")
+	_, err = NewWorld(Lamport, 3, WorldConfig{Network: NetworkUnordered + 1})
 	require.ErrorIs(t, err, ErrInvalidConfig)
-	w, err := NewWorld(Lamport, 3)
+	_, err = NewWorld(Lamport, 3, WorldConfig{Loss: 2})
+	require.ErrorIs(t, err, ErrInvalidConfig)
+	uw, err := NewWorld(Lamport, 3, WorldConfig{Network: NetworkUnordered})
+	require.NoError(t, err, "an unordered network for any algorithm, as in Check")
+	assert.False(t, uw.FIFO())
+	w, err := NewWorld(Lamport, 3, WorldConfig{})
 	require.NoError(t, err)
 	require.ErrorIs(t, w.Request(3), ErrInvalidConfig)
 	assert.Empty(t, w.Transitions(), "no requests to make, nothing in flight")
@@ -143,21 +146,22 @@ func TestStateEncodingIsFaithful(t *testing.T) {
 	type config struct {
 		name string
 		alg  Algorithm
+		cfg  WorldConfig
 		opts []Option
 	}
 	var cs []config
 	for _, a := range Algorithms() {
-		cs = append(cs, config{a.String(), a, nil})
+		cs = append(cs, config{a.String(), a, WorldConfig{}, nil})
 		if !a.NeedsFIFO() {
-			cs = append(cs, config{a.String() + "/unordered", a, []Option{WithDelivery(DeliverReorder)}})
+			cs = append(cs, config{a.String() + "/unordered", a, WorldConfig{Network: NetworkUnordered}, nil})
 		}
 	}
 	cs = append(cs,
-		config{"ricart-agrawala-implicit/unordered", RicartAgrawala, []Option{WithImplicitReplies(), WithDelivery(DeliverReorder)}},
-		config{"maekawa/cycle", Maekawa, []Option{WithVotingSets([][]int{{0, 1}, {1, 2}, {0, 2}})}},
+		config{"ricart-agrawala-implicit/unordered", RicartAgrawala, WorldConfig{Network: NetworkUnordered}, []Option{WithImplicitReplies()}},
+		config{"maekawa/cycle", Maekawa, WorldConfig{}, []Option{WithVotingSets([][]int{{0, 1}, {1, 2}, {0, 2}})}},
 		// Lamport's encoding keeps only a bit of each last stamp heard,
 		// and none while a try waits.
-		config{"lamport/tries", Lamport, []Option{WithTries(1)}})
+		config{"lamport/tries", Lamport, WorldConfig{Tries: 1}, nil})
 	var scratch [][]byte
 	var sbuf []byte
 	enc := func(w *World) string { return string(w.appendState(nil, &scratch, &sbuf, new(stampMap))) }
@@ -166,7 +170,9 @@ func TestStateEncodingIsFaithful(t *testing.T) {
 	}
 	for _, c := range cs {
 		t.Run(c.name, func(t *testing.T) {
-			start, err := NewWorld(c.alg, 3, append([]Option{WithRequests(2), WithoutTrace()}, c.opts...)...)
+			cfg := c.cfg
+			cfg.Requests, cfg.NoTrace = 2, true
+			start, err := NewWorld(c.alg, 3, cfg, c.opts...)
 			require.NoError(t, err)
 			seen := map[string]*World{enc(start): start}
 			queue := []*World{start}
@@ -233,7 +239,7 @@ func TestPeerStatusState(t *testing.T) {
 // local callers queued behind the one whose request is out, and, while
 // the peer is inside, those behind the holder.
 func TestWorldPendingCountsQueuedCallers(t *testing.T) {
-	w, err := NewWorld(RicartAgrawala, 2)
+	w, err := NewWorld(RicartAgrawala, 2, WorldConfig{})
 	require.NoError(t, err)
 	for want := range 3 {
 		require.NoError(t, w.Request(0))
@@ -253,7 +259,7 @@ func TestWorldPendingCountsQueuedCallers(t *testing.T) {
 	assert.Equal(t, 1, w.Peer(0).Pending, "the next caller's request is out, one behind it")
 
 	// A caller that gives up leaves its request out, with nobody behind it.
-	w, err = NewWorld(RicartAgrawala, 2)
+	w, err = NewWorld(RicartAgrawala, 2, WorldConfig{})
 	require.NoError(t, err)
 	require.NoError(t, w.Request(0))
 	require.NoError(t, w.Cancel(0))
@@ -264,7 +270,7 @@ func TestWorldPendingCountsQueuedCallers(t *testing.T) {
 // more than (n-1)/2 others makes no try: Try answers ErrLocked and the
 // machine sends nothing, as a Lock caller's request waits (driver.try).
 func TestWorldTryInAMinorityRefused(t *testing.T) {
-	w, err := NewWorld(RicartAgrawala, 3, WithRecovery())
+	w, err := NewWorld(RicartAgrawala, 3, WorldConfig{}, WithRecovery())
 	require.NoError(t, err)
 	w.f.detector, w.f.falseLeft = DetectorImperfect, 2
 	for _, j := range []int{1, 2} {
@@ -280,7 +286,7 @@ func TestWorldTryInAMinorityRefused(t *testing.T) {
 // TestWorldCancelBehindATry: the caller queued behind an outstanding try
 // gives up; the try's caller still gets the critical section.
 func TestWorldCancelBehindATry(t *testing.T) {
-	w, err := NewWorld(RicartAgrawala, 2)
+	w, err := NewWorld(RicartAgrawala, 2, WorldConfig{})
 	require.NoError(t, err)
 	require.NoError(t, w.Try(0))
 	require.NoError(t, w.Request(0))
@@ -297,7 +303,7 @@ func TestWorldCancelBehindATry(t *testing.T) {
 // suspects every other still sends its request: the majority rule holds
 // back only peers whose machines act on suspicions.
 func TestWorldNoRecoveryNoMinority(t *testing.T) {
-	w, err := NewWorld(RicartAgrawala, 3)
+	w, err := NewWorld(RicartAgrawala, 3, WorldConfig{})
 	require.NoError(t, err)
 	w.f.detector, w.f.falseLeft = DetectorImperfect, 2
 	for _, j := range []int{1, 2} {
@@ -335,7 +341,7 @@ func deliverAll(t *testing.T, w *World, limit int) {
 // behind an outstanding try and gives up; the try is then refused. Its
 // caller is told, and no request goes out for the caller that left.
 func TestWorldRefusedTryAfterALockCallerGaveUp(t *testing.T) {
-	w, err := NewWorld(Centralized, 2)
+	w, err := NewWorld(Centralized, 2, WorldConfig{})
 	require.NoError(t, err)
 	require.NoError(t, w.Request(0))
 	deliverAll(t, w, 10)
@@ -356,7 +362,7 @@ func TestWorldRefusedTryAfterALockCallerGaveUp(t *testing.T) {
 // peer's permission; the suspicion it was told of before is taken back,
 // so its fence is the next one of its epoch, not the first of a new one.
 func TestWorldMinorityEntryKeepsItsEpoch(t *testing.T) {
-	w, err := NewWorld(RicartAgrawala, 3, WithRecovery())
+	w, err := NewWorld(RicartAgrawala, 3, WorldConfig{}, WithRecovery())
 	require.NoError(t, err)
 	for i := range w.peers {
 		w.peers[i].d.fenced = true
@@ -378,7 +384,7 @@ func TestWorldMinorityEntryKeepsItsEpoch(t *testing.T) {
 // is no majority rule, and a textbook naive recovery acts on every
 // suspicion it is told of: P0, suspecting both others, enters alone.
 func TestWorldNaiveVariantActsOnEverySuspicion(t *testing.T) {
-	w, err := NewWorld(RicartAgrawala, 3, WithVariant("ricart-agrawala-naive-exclusion"))
+	w, err := NewWorld(RicartAgrawala, 3, WorldConfig{Variant: "ricart-agrawala-naive-exclusion"})
 	require.NoError(t, err)
 	w.f.detector, w.f.falseLeft = DetectorImperfect, 2
 	require.NoError(t, w.Request(0))

@@ -12,7 +12,7 @@ import (
 // calling its methods, and those a checker may inject as transitions.
 type worldFaults struct {
 	armed      bool       // some fault was ever set: only then is a send checked
-	loss       float64    // WithLoss: probability that a sent message is lost
+	loss       float64    // SimConfig.Loss, WorldConfig.Loss: probability that a sent message is lost
 	lossSrc    *rand.PCG  // the stream of loss draws; nil when loss is 0
 	rng        *rand.Rand // draws from lossSrc
 	drops      []dropRule // DropNext
@@ -54,7 +54,7 @@ func (w *World) faulted() bool {
 }
 
 // lostOnSend reports whether the network loses m as it is sent, in the
-// runtime's order: a cut link first, then DropNext rules, then WithLoss.
+// runtime's order: a cut link first, then DropNext rules, then the Loss rate.
 func (w *World) lostOnSend(m Message) bool {
 	if w.cut(m.From, m.To) {
 		return true
@@ -201,13 +201,13 @@ func (w *World) DropNext(count int, match func(m Message) bool) {
 }
 
 // Dropped returns how many messages the world has lost to faults: on
-// sending (a cut link, DropNext, WithLoss), in flight (a crash, a
+// sending (a cut link, DropNext, a Loss rate), in flight (a crash, a
 // partition), or by a checker's TransLose.
 func (w *World) Dropped() uint64 { return w.f.lost }
 
 // Suspect has peer's failure detector start suspecting target, a live
 // peer that it trusts now, as a step of its own outside the transitions: a
-// false suspicion, such as WithFalseSuspicions makes. It counts against an
+// false suspicion, such as SimConfig.FalseSuspicionRate makes. It counts against an
 // imperfect detector's bound of false suspicions, as the transition
 // TransSuspect of a live peer does, and the detector owes a TransTrust of
 // target from then on (see AppendDue). It returns what the step did, as

@@ -18,13 +18,13 @@ import (
 // transition that is enabled but not due (a request, a fault).
 func TestWorldDueIsWhatAppendDueLists(t *testing.T) {
 	for _, alg := range Algorithms() {
-		for _, d := range []Delivery{DeliverFIFO, DeliverReorder} {
+		for _, d := range []Network{NetworkFIFO, NetworkUnordered} {
 			t.Run(fmt.Sprintf("%v/%v", alg, d), func(t *testing.T) {
-				opts := []Option{WithDelivery(d), WithUnsafeDelivery(), WithRequests(2)}
+				var opts []Option
 				if alg.Recovers() {
 					opts = append(opts, WithRecovery())
 				}
-				w, err := NewWorld(alg, 4, opts...)
+				w, err := NewWorld(alg, 4, WorldConfig{Network: d, Requests: 2}, opts...)
 				require.NoError(t, err)
 				if alg.Recovers() {
 					w.f.detector = DetectorPerfect
@@ -79,7 +79,7 @@ func TestWorldDueIsWhatAppendDueLists(t *testing.T) {
 // share a step number, as a lock-step round's do, and that an empty one
 // is a step too.
 func TestWorldApplyDueIsOneStep(t *testing.T) {
-	w, err := NewWorld(RicartAgrawala, 3, WithDelivery(DeliverReorder))
+	w, err := NewWorld(RicartAgrawala, 3, WorldConfig{Network: NetworkUnordered})
 	require.NoError(t, err)
 	require.NoError(t, w.Request(0))
 	require.NoError(t, w.ApplyDue(w.AppendDue(nil)...)) // step 1: both requests arrive

@@ -296,8 +296,7 @@ var contendedMessages = simContendedMessages
 func simContendedMessages(v variant, n, k int, rng *rand.Rand) (float64, error) {
 	var msgs, entries uint64
 	for range max(4, 64/k) {
-		opts := append(slices.Clone(v.opts), dmutex.WithSeed(rng.Int64()))
-		s, err := dmutex.NewSimulation(v.alg, n, opts...)
+		s, err := dmutex.NewSimulation(v.alg, n, dmutex.SimConfig{Seed: uint64(rng.Int64())}, v.opts...)
 		if err != nil {
 			return 0, err
 		}

@@ -99,9 +99,10 @@ func TestAPIBadInput(t *testing.T) {
 
 // reference replays choices on a Simulation of its own, through the
 // library's public API only.
-func reference(t *testing.T, alg dmutex.Algorithm, n int, seed int64, choices []string, opts ...dmutex.Option) *dmutex.Simulation {
+func reference(t *testing.T, alg dmutex.Algorithm, n int, seed int64, choices []string, cfg dmutex.SimConfig, opts ...dmutex.Option) *dmutex.Simulation {
 	t.Helper()
-	sim, err := dmutex.NewSimulation(alg, n, append([]dmutex.Option{dmutex.WithSeed(seed)}, opts...)...)
+	cfg.Seed = uint64(seed)
+	sim, err := dmutex.NewSimulation(alg, n, cfg, opts...)
 	require.NoError(t, err)
 	w := sim.World()
 	for _, c := range choices {
@@ -157,7 +158,7 @@ func TestRunMatchesSimulation(t *testing.T) {
 	var v runView
 	require.NoError(t, json.Unmarshal(body, &v))
 	assert.Contains(t, v.Query, "c=r0.r1.d1.a2.r2.a3", "scheduler steps in a row are merged")
-	sim := reference(t, dmutex.RicartAgrawala, 3, 5, choices)
+	sim := reference(t, dmutex.RicartAgrawala, 3, 5, choices, dmutex.SimConfig{})
 	w := sim.World()
 	require.Len(t, v.Peers, 3)
 	for p := range 3 {
@@ -192,17 +193,17 @@ func TestRunFaultsMatchSimulation(t *testing.T) {
 	tests := []struct {
 		name, query string
 		alg         dmutex.Algorithm
-		opts        []dmutex.Option
+		cfg         dmutex.SimConfig
 		choices     []string
 		blocked     bool
 	}{
-		{"crash", "alg=ricart-agrawala&n=3&seed=2", dmutex.RicartAgrawala, nil,
+		{"crash", "alg=ricart-agrawala&n=3&seed=2", dmutex.RicartAgrawala, dmutex.SimConfig{},
 			[]string{"r0", "r1", "c2", "a", "a", "a", "a", "a"}, true},
-		{"partition and heal", "alg=suzuki-kasami&n=4&seed=3", dmutex.SuzukiKasami, nil,
+		{"partition and heal", "alg=suzuki-kasami&n=4&seed=3", dmutex.SuzukiKasami, dmutex.SimConfig{},
 			[]string{"r1", "r3", "p0-1_2-3", "a", "a", "h", "r2", "a", "a", "a"}, false},
-		{"loss", "alg=centralized&n=3&seed=7&loss=0.3", dmutex.Centralized, []dmutex.Option{dmutex.WithLoss(0.3)},
+		{"loss", "alg=centralized&n=3&seed=7&loss=0.3", dmutex.Centralized, dmutex.SimConfig{Loss: 0.3},
 			[]string{"r1", "r2", "a", "a"}, false},
-		{"lock-step", "alg=lamport&n=3&seed=1&net=lock-step", dmutex.Lamport, []dmutex.Option{dmutex.WithDelivery(dmutex.DeliverLockStep)},
+		{"lock-step", "alg=lamport&n=3&seed=1&net=lock-step", dmutex.Lamport, dmutex.SimConfig{Delivery: dmutex.DeliverLockStep},
 			[]string{"r0", "r1", "r2", "a", "a", "a"}, false},
 	}
 	for _, tt := range tests {
@@ -211,7 +212,7 @@ func TestRunFaultsMatchSimulation(t *testing.T) {
 			require.Equal(t, http.StatusOK, code, "%s", body)
 			var v runView
 			require.NoError(t, json.Unmarshal(body, &v))
-			sim := reference(t, tt.alg, 3+boolInt(tt.alg == dmutex.SuzukiKasami), v.Config.Seed, tt.choices, tt.opts...)
+			sim := reference(t, tt.alg, 3+boolInt(tt.alg == dmutex.SuzukiKasami), v.Config.Seed, tt.choices, tt.cfg)
 			w := sim.World()
 			for p := range w.N() {
 				assert.Equal(t, w.Describe(p), v.Peers[p].Fields, "P%d", p)
@@ -409,8 +410,8 @@ func TestCheckREADMEImperfectTrace(t *testing.T) {
 	assert.Equal(t, fmt.Sprintf("P%d suspects P%d, P%d enters", enterer, target, enterer), last.Text)
 	assert.True(t, strings.HasPrefix(rv.Ticks[slices.Index(trace, "s1-0")].Text, "P1 suspects P0"), "the false suspicion is drawn")
 
-	sim := reference(t, dmutex.RicartAgrawala, 3, 0, trace[:len(trace)-1], dmutex.WithRecovery(),
-		dmutex.WithDetector(dmutex.Detector{Kind: dmutex.DetectorImperfect, FalseSuspicions: 1}))
+	sim := reference(t, dmutex.RicartAgrawala, 3, 0, trace[:len(trace)-1],
+		dmutex.SimConfig{Detector: &dmutex.Detector{Kind: dmutex.DetectorImperfect, FalseSuspicions: 1}}, dmutex.WithRecovery())
 	st := &state{Alg: dmutex.RicartAgrawala, N: 3, Recovery: true, Detector: dmutex.DetectorImperfect, False: 1,
 		Choices: trace[:len(trace)-1]}
 	r, err := replay(st)
@@ -501,19 +502,19 @@ func TestRunDetectorMatchesSimulation(t *testing.T) {
 	tests := []struct {
 		name, query string
 		alg         dmutex.Algorithm
-		opts        []dmutex.Option
+		detector    dmutex.Detector
 		choices     []string
 		texts       []string // what some tick says
 		entries     uint64
 	}{
 		{"recovery after a crash", "alg=ricart-agrawala&n=3&seed=2&recovery=1&detector=perfect", dmutex.RicartAgrawala,
-			[]dmutex.Option{dmutex.WithRecovery(), dmutex.WithDetector(dmutex.Detector{Kind: dmutex.DetectorPerfect})},
+			dmutex.Detector{Kind: dmutex.DetectorPerfect},
 			[]string{"r0", "r1", "c2", "a", "a", "a", "a", "a", "a", "a", "a", "a", "a"}, []string{"P0 suspects P2", "P1 suspects P2"}, 2},
 		{"failover by the scheduler", "alg=centralized&n=3&seed=5&recovery=1&detector=perfect", dmutex.Centralized,
-			[]dmutex.Option{dmutex.WithRecovery(), dmutex.WithDetector(dmutex.Detector{Kind: dmutex.DetectorPerfect})},
+			dmutex.Detector{Kind: dmutex.DetectorPerfect},
 			[]string{"r1", "r2", "c0", "a", "a", "a", "a", "a", "a", "a", "a", "a", "a", "a", "a", "a", "a", "a", "a"}, []string{"P1 suspects P0"}, 2},
 		{"a false suspicion by hand", "alg=suzuki-kasami&n=3&seed=1&recovery=1&detector=imperfect&false=1", dmutex.SuzukiKasami,
-			[]dmutex.Option{dmutex.WithRecovery(), dmutex.WithDetector(dmutex.Detector{Kind: dmutex.DetectorImperfect, FalseSuspicions: 1})},
+			dmutex.Detector{Kind: dmutex.DetectorImperfect, FalseSuspicions: 1},
 			[]string{"s2-0", "u2-0", "r1", "a", "a", "a", "a", "a", "a", "a", "a"}, []string{"P2 suspects P0", "P2 trusts P0 again"}, 1},
 	}
 	for _, tt := range tests {
@@ -522,7 +523,7 @@ func TestRunDetectorMatchesSimulation(t *testing.T) {
 			require.Equal(t, http.StatusOK, code, "%s", body)
 			var v runView
 			require.NoError(t, json.Unmarshal(body, &v))
-			sim := reference(t, tt.alg, 3, v.Config.Seed, tt.choices, tt.opts...)
+			sim := reference(t, tt.alg, 3, v.Config.Seed, tt.choices, dmutex.SimConfig{Detector: &tt.detector}, dmutex.WithRecovery())
 			w := sim.World()
 			for p := range w.N() {
 				assert.Equal(t, w.Describe(p), v.Peers[p].Fields, "P%d", p)

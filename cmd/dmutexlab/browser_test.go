@@ -251,7 +251,7 @@ func TestBrowserByHand(t *testing.T) {
 		waitQuery(q()),
 	))
 	var choices []string
-	sim, err := dmutex.NewSimulation(dmutex.RicartAgrawala, 3, dmutex.WithSeed(seed))
+	sim, err := dmutex.NewSimulation(dmutex.RicartAgrawala, 3, dmutex.SimConfig{Seed: uint64(seed)})
 	require.NoError(t, err)
 	w := sim.World()
 	for _, p := range []int{0, 2} {
@@ -324,7 +324,7 @@ func TestBrowserByHand(t *testing.T) {
 		waitQuery(q(choices[:len(choices)-1]...)),
 		chromedp.Click(chromedp.CSS(`#steps li[data-tick="3"]`)),
 		waitQuery(q(choices[:3]...))))
-	assertMatches(t, ctx2, reference(t, dmutex.RicartAgrawala, 3, seed, choices[:3]).World(), "jump to step 3")
+	assertMatches(t, ctx2, reference(t, dmutex.RicartAgrawala, 3, seed, choices[:3], dmutex.SimConfig{}).World(), "jump to step 3")
 }
 
 // TestBrowserPlay: a seeded run played to the end shows the counts that
@@ -349,7 +349,7 @@ func TestBrowserPlay(t *testing.T) {
 			[tr.dataset.kind || tr.id, tr.querySelector('.sent').textContent]))`))
 	require.NoError(t, err)
 
-	sim, err := dmutex.NewSimulation(dmutex.RicartAgrawala, 3, dmutex.WithSeed(seed))
+	sim, err := dmutex.NewSimulation(dmutex.RicartAgrawala, 3, dmutex.SimConfig{Seed: uint64(seed)})
 	require.NoError(t, err)
 	for p := range 3 {
 		require.NoError(t, sim.Request(p))
@@ -490,8 +490,7 @@ func TestBrowserSuspectByHand(t *testing.T) {
 		chromedp.Click(chromedp.CSS("#apply")),
 		waitQuery(q()),
 	))
-	sim, err := dmutex.NewSimulation(dmutex.RicartAgrawala, 3, dmutex.WithSeed(seed), dmutex.WithRecovery(),
-		dmutex.WithDetector(dmutex.Detector{Kind: dmutex.DetectorImperfect, FalseSuspicions: 1}))
+	sim, err := dmutex.NewSimulation(dmutex.RicartAgrawala, 3, dmutex.SimConfig{Seed: uint64(seed), Detector: &dmutex.Detector{Kind: dmutex.DetectorImperfect, FalseSuspicions: 1}}, dmutex.WithRecovery())
 	require.NoError(t, err)
 	w := sim.World()
 	count := func(sel string) int {
@@ -568,7 +567,7 @@ func TestBrowserFaultButtons(t *testing.T) {
 	require.NoError(t, chromedp.Do(ctx,
 		chromedp.Click(chromedp.CSS("#heal")),
 		waitQuery(q())))
-	w := reference(t, dmutex.RicartAgrawala, 3, 1, choices).World()
+	w := reference(t, dmutex.RicartAgrawala, 3, 1, choices, dmutex.SimConfig{}).World()
 	assertMatches(t, ctx, w, strings.Join(choices, "."))
 	require.True(t, w.Peer(2).Crashed)
 	lost, err := chromedp.Run(ctx, chromedp.Evaluate[int](`document.querySelectorAll('#diagram g.msg-g.lost').length`))

@@ -259,26 +259,25 @@ func (st *state) query() string {
 	return q.Encode()
 }
 
-// options are the library options of the state's simulation.
-func (st *state) options() ([]dmutex.Option, error) {
+// simulation is the configuration and the library options of the
+// state's simulation.
+func (st *state) simulation() (dmutex.SimConfig, []dmutex.Option, error) {
+	cfg := dmutex.SimConfig{Seed: uint64(st.Seed), Delivery: st.Delivery, Loss: st.Loss}
 	var opts []dmutex.Option
 	if vr := st.variant(); vr != nil {
 		// The variant's own options come first, as Check adds them.
 		opts = append(opts, vr.Options...)
-		opts = append(opts, dmutex.WithVariant(st.Variant))
+		cfg.Variant = st.Variant
 	}
-	opts = append(opts, dmutex.WithSeed(st.Seed), dmutex.WithDelivery(st.Delivery))
 	if st.Recovery && !hasRecovery(st.variant()) {
 		opts = append(opts, dmutex.WithRecovery())
 	}
 	if st.Recovery || st.Detector != dmutex.DetectorNone {
-		opts = append(opts, dmutex.WithDetector(st.detector()))
-	}
-	if st.Loss > 0 {
-		opts = append(opts, dmutex.WithLoss(st.Loss))
+		d := st.detector()
+		cfg.Detector = &d
 	}
 	algOpts, err := st.algOptions()
-	return append(opts, algOpts...), err
+	return cfg, append(opts, algOpts...), err
 }
 
 // detector is the state's failure detector.
@@ -367,11 +366,11 @@ type violation struct {
 // replay builds the state's run. Bad configurations and choices that are
 // not enabled are badRequest errors naming the value.
 func replay(st *state) (*run, error) {
-	opts, err := st.options()
+	cfg, opts, err := st.simulation()
 	if err != nil {
 		return nil, err
 	}
-	sim, err := dmutex.NewSimulation(st.Alg, st.N, opts...)
+	sim, err := dmutex.NewSimulation(st.Alg, st.N, cfg, opts...)
 	if err != nil {
 		return nil, bad("%v", err)
 	}

@@ -304,7 +304,7 @@ func meta() metaView {
 	m := metaView{MaxN: maxN, MaxFalse: maxFalse}
 	for _, a := range dmutex.Algorithms() {
 		// WithRecovery is an error for an algorithm that has none.
-		_, err := dmutex.NewSimulation(a, 3, dmutex.WithRecovery())
+		_, err := dmutex.NewSimulation(a, 3, dmutex.SimConfig{}, dmutex.WithRecovery())
 		av := algView{Name: a.String(), NeedsFIFO: a.NeedsFIFO(), Recovery: err == nil}
 		switch a {
 		case dmutex.RicartAgrawala:
