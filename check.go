@@ -47,14 +47,14 @@ func ParseNetwork(s string) (Network, error) {
 	return 0, fmt.Errorf("%w: unknown network %q (want fifo or unordered)", ErrInvalidConfig, s)
 }
 
-// AnyPeer in CheckFaults.CrashPeer lets any peer crash.
-const AnyPeer = -1
-
 // CheckFaults are the faults Check may inject, each at most once, at any
-// point of any run.
+// point of any run. The zero CheckFaults injects none.
 type CheckFaults struct {
-	Crash       bool // one peer may crash
-	CrashPeer   int  // with Crash: the peer that may crash, or AnyPeer
+	Crash bool // one peer, any of them unless CrashOnly says otherwise, may crash
+	// CrashOnly, if not zero, is the set of peers that may crash, with
+	// Crash (peer p is bit 1<<p, as in Partition): 1<<2 lets only peer 2
+	// crash. Zero lets any peer crash.
+	CrashOnly   uint64
 	CrashInside bool // with Crash: only while it is inside the critical section
 	// CrashWaiting, with Crash, lets the crash strike only a peer whose
 	// request is out and not yet served: one that may sit in a queue of
@@ -72,6 +72,17 @@ type CheckFaults struct {
 	Heal      bool
 }
 
+// peerSet lists the peers of the set s (peer p is bit 1<<p), in order.
+func peerSet(s uint64) []string {
+	var in []string
+	for p := range 64 {
+		if s&(1<<p) != 0 {
+			in = append(in, itoa(p))
+		}
+	}
+	return in
+}
+
 // zero reports whether f injects no fault.
 func (f CheckFaults) zero() bool {
 	return !f.Crash && !f.Lose && f.Partition == 0
@@ -80,10 +91,13 @@ func (f CheckFaults) zero() bool {
 func (f CheckFaults) String() string {
 	var parts []string
 	if f.Crash {
-		if f.CrashPeer == AnyPeer {
+		switch ps := peerSet(f.CrashOnly); {
+		case len(ps) == 0:
 			parts = append(parts, "crash any")
-		} else {
-			parts = append(parts, fmt.Sprintf("crash P%d", f.CrashPeer))
+		case len(ps) == 1:
+			parts = append(parts, "crash P"+ps[0])
+		default:
+			parts = append(parts, "crash {"+strings.Join(ps, ",")+"}")
 		}
 	}
 	if f.Crash && f.CrashInside {
@@ -100,13 +114,7 @@ func (f CheckFaults) String() string {
 		}
 	}
 	if f.Partition != 0 {
-		var in []string
-		for p := range 64 {
-			if f.Partition&(1<<p) != 0 {
-				in = append(in, itoa(p))
-			}
-		}
-		p := "partition {" + strings.Join(in, ",") + "}|rest"
+		p := "partition {" + strings.Join(peerSet(f.Partition), ",") + "}|rest"
 		if f.Heal {
 			p += " then heal"
 		}
@@ -773,8 +781,15 @@ func newChecker(cc CheckConfig) (*checker, error) {
 	if cc.Network > NetworkUnordered {
 		return nil, fmt.Errorf("%w: unknown network %v", ErrInvalidConfig, cc.Network)
 	}
-	if f := cc.Faults; f.Crash && (f.CrashPeer < AnyPeer || f.CrashPeer >= cc.N) {
-		return nil, fmt.Errorf("%w: crash of peer %d out of range [0, %d)", ErrInvalidConfig, f.CrashPeer, cc.N)
+	if f := cc.Faults; f.CrashOnly != 0 && !f.Crash {
+		return nil, fmt.Errorf("%w: CrashOnly %#x without Crash", ErrInvalidConfig, f.CrashOnly)
+	}
+	if f := cc.Faults; cc.N < 64 && f.CrashOnly>>uint(cc.N) != 0 {
+		p := cc.N
+		for f.CrashOnly&(1<<uint(p)) == 0 {
+			p++
+		}
+		return nil, fmt.Errorf("%w: crash of peer %d out of range [0, %d)", ErrInvalidConfig, p, cc.N)
 	}
 	if f := cc.Faults; f.CrashWaiting && (!f.Crash || f.CrashInside) {
 		return nil, fmt.Errorf("%w: CrashWaiting needs Crash and excludes CrashInside (crash %v, inside %v)", ErrInvalidConfig, f.Crash, f.CrashInside)
@@ -894,7 +909,7 @@ func (o *origin) world(trace bool) (*World, error) {
 		w.peers[p].tries = k
 	}
 	if f := o.faults; f.Crash {
-		w.f.crashLeft, w.f.crashWho, w.f.crashIn, w.f.crashWait = 1, f.CrashPeer, f.CrashInside, f.CrashWaiting
+		w.f.crashLeft, w.f.crashOnly, w.f.crashIn, w.f.crashWait = 1, f.CrashOnly, f.CrashInside, f.CrashWaiting
 	}
 	if f := o.faults; f.Partition != 0 {
 		var side []int

@@ -625,7 +625,8 @@ func TestCheckBadConfig(t *testing.T) {
 		{Algorithm: Lamport, N: 2, RequestsPerPeer: []int{1}},
 		{Algorithm: Lamport, N: 2, RequestsPerPeer: []int{1, -3}},
 		{Algorithm: Lamport, Network: Network(9)},
-		{Algorithm: Lamport, Faults: CheckFaults{Crash: true, CrashPeer: 3}},
+		{Algorithm: Lamport, Faults: CheckFaults{Crash: true, CrashOnly: 1 << 3}},
+		{Algorithm: Lamport, Faults: CheckFaults{CrashOnly: 1}},
 		{Algorithm: Lamport, Faults: CheckFaults{Lose: true, LoseKind: Kind(77)}},
 		{Variant: "nope"},
 		{Algorithm: Lamport, Options: []Option{WithImplicitReplies()}},
@@ -637,6 +638,34 @@ func TestCheckBadConfig(t *testing.T) {
 	cancel()
 	_, err := Check(ctx, CheckConfig{Algorithm: Lamport, Requests: 2, N: 3})
 	require.ErrorIs(t, err, context.Canceled)
+}
+
+// TestCheckFaultsCrashOnly: the zero CrashOnly lets any peer crash, a set
+// only its peers, and String names the set as the tables write it.
+func TestCheckFaultsCrashOnly(t *testing.T) {
+	for _, tt := range []struct {
+		f      CheckFaults
+		want   string
+		crashM []int // the peers whose crash the first state enables
+	}{
+		{CheckFaults{Crash: true}, "crash any", []int{0, 1, 2}},
+		{CheckFaults{Crash: true, CrashOnly: 1 << 1}, "crash P1", []int{1}},
+		{CheckFaults{Crash: true, CrashOnly: 1<<0 | 1<<2, CrashInside: true}, "crash {0,2} inside", nil},
+		{CheckFaults{Crash: true, CrashOnly: 1<<0 | 1<<2}, "crash {0,2}", []int{0, 2}},
+	} {
+		assert.Equal(t, tt.want, tt.f.String())
+		c, err := newChecker(CheckConfig{Algorithm: RicartAgrawala, Faults: tt.f})
+		require.NoError(t, err)
+		w, err := c.startWorld(false)
+		require.NoError(t, err)
+		var crashes []int
+		for _, tr := range w.Transitions() {
+			if tr.Kind == TransCrash {
+				crashes = append(crashes, tr.Peer)
+			}
+		}
+		assert.Equal(t, tt.crashM, crashes, "%v", tt.f)
+	}
 }
 
 // TestCheckCancel: the search looks at its context at every transition,

@@ -133,15 +133,15 @@ func crashRows(a docAlg) []failureRow {
 		cfg := base
 		cfg.RequestsPerPeer = []int{1, 1, 1}
 		cfg.RequestsPerPeer[p] = 0
-		cfg.Faults = CheckFaults{Crash: true, CrashPeer: p}
+		cfg.Faults = CheckFaults{Crash: true, CrashOnly: 1 << p}
 		return failureRow{alg: a, fault: fmt.Sprintf("P%d crashes, idle", p), cfg: cfg}
 	}
 	cfg := base
-	cfg.Faults = CheckFaults{Crash: true, CrashPeer: AnyPeer, CrashInside: true}
+	cfg.Faults = CheckFaults{Crash: true, CrashInside: true}
 	rows := []failureRow{idle(0), idle(2), {alg: a, fault: "the holder crashes", cfg: cfg, big: a.alg == Lamport}}
 	if queuesWaiters[a.alg] && !a.recovery {
 		cfg := base
-		cfg.Faults = CheckFaults{Crash: true, CrashPeer: AnyPeer, CrashWaiting: true}
+		cfg.Faults = CheckFaults{Crash: true, CrashWaiting: true}
 		rows = append(rows, failureRow{alg: a, fault: "a waiting peer crashes", cfg: cfg})
 	}
 	return rows
@@ -185,7 +185,7 @@ func failureCells(t testing.TB, r failureRow) []string {
 	fresh, all := c.afterFault(in)
 	for p := range cells {
 		switch {
-		case r.cfg.Faults.Crash && r.cfg.Faults.CrashPeer == p:
+		case r.cfg.Faults.Crash && r.cfg.Faults.CrashOnly == 1<<p:
 			cells[p] = "crashed"
 		case fresh[p] == all[p]:
 			cells[p] = fresh[p].String()
@@ -451,7 +451,7 @@ func TestCheckPartitionAndHoldFaults(t *testing.T) {
 	require.True(t, w.faulted())
 
 	// A crash inside only: no crash is enabled while nobody is inside.
-	c, err = newChecker(CheckConfig{Algorithm: Centralized, N: 2, Faults: CheckFaults{Crash: true, CrashPeer: AnyPeer, CrashInside: true}})
+	c, err = newChecker(CheckConfig{Algorithm: Centralized, N: 2, Faults: CheckFaults{Crash: true, CrashInside: true}})
 	require.NoError(t, err)
 	w, err = c.startWorld(true)
 	require.NoError(t, err)

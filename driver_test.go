@@ -203,7 +203,7 @@ func newDiffRun(t *testing.T, c diffConfig) *diffRun {
 		cc.Network = NetworkUnordered
 	}
 	if c.recovery {
-		cc.Faults = CheckFaults{Crash: true, CrashPeer: AnyPeer}
+		cc.Faults = CheckFaults{Crash: true}
 		cc.Detector = Detector{Kind: DetectorImperfect, FalseSuspicions: 1 << 20}
 	}
 	ch, err := newChecker(cc)

@@ -325,7 +325,7 @@ func contractStates(t *testing.T, alg Algorithm, n int, variant string, opts []O
 		require.NoError(t, err)
 		// Faults for the recoveries to act on, as Check injects them.
 		w.f.detector, w.f.falseLeft = DetectorImperfect, 1
-		w.f.crashLeft, w.f.crashWho = 1, -1
+		w.f.crashLeft = 1
 		rng := rand.New(rand.NewPCG(seed, uint64(alg)))
 		for step := 0; step < 200; step++ {
 			trs := w.Transitions()

@@ -482,13 +482,13 @@ func TestNaimiTrehelWaitingCrashBreaksNext(t *testing.T) {
 	assert.Contains(t, err.Error(), "2")
 
 	res := mustCheck(t, CheckConfig{Algorithm: NaimiTrehel, N: 3, Requests: 1,
-		Faults: CheckFaults{Crash: true, CrashPeer: AnyPeer, CrashWaiting: true}})
+		Faults: CheckFaults{Crash: true, CrashWaiting: true}})
 	assert.Equal(t, Holds, res.Safe)
 	assert.Positive(t, res.Blocked, "a crash in the NEXT chain blocks a survivor")
 	assert.Equal(t, "crash any waiting", res.Faults)
 
 	c, err := newChecker(CheckConfig{Algorithm: NaimiTrehel, N: 2, Requests: 1,
-		Faults: CheckFaults{Crash: true, CrashPeer: AnyPeer, CrashWaiting: true}})
+		Faults: CheckFaults{Crash: true, CrashWaiting: true}})
 	require.NoError(t, err)
 	w, err := c.startWorld(true)
 	require.NoError(t, err)
@@ -501,7 +501,7 @@ func TestNaimiTrehelWaitingCrashBreaksNext(t *testing.T) {
 	_, ok = w.Find("c0")
 	assert.False(t, ok, "peer 0 does not wait")
 
-	for _, f := range []CheckFaults{{CrashWaiting: true}, {Crash: true, CrashPeer: AnyPeer, CrashInside: true, CrashWaiting: true}} {
+	for _, f := range []CheckFaults{{CrashWaiting: true}, {Crash: true, CrashInside: true, CrashWaiting: true}} {
 		_, err := Check(context.Background(), CheckConfig{Algorithm: NaimiTrehel, N: 3, Faults: f})
 		require.ErrorIs(t, err, ErrInvalidConfig, "%+v", f)
 	}

@@ -30,7 +30,7 @@ type recoveryRow struct {
 // imperfect detector with the store runs at n = 2 in CI; n = 3 is behind
 // -dmutex.big where it fits.
 func recoveryRows() []recoveryRow {
-	crash := CheckFaults{Crash: true, CrashPeer: AnyPeer}
+	crash := CheckFaults{Crash: true}
 	perfect := Detector{Kind: DetectorPerfect}
 	imperfect := Detector{Kind: DetectorImperfect, FalseSuspicions: 1}
 	noRecovery := func(r CheckResult) bool {

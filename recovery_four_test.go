@@ -34,7 +34,7 @@ func TestRecoveryAtFour(t *testing.T) {
 	for _, row := range rows {
 		res, err := Check(context.Background(), CheckConfig{
 			Algorithm: row.alg, N: 4, Requests: 1, Options: []Option{WithRecovery()},
-			Faults:   CheckFaults{Crash: true, CrashPeer: AnyPeer},
+			Faults:   CheckFaults{Crash: true},
 			Detector: Detector{Kind: DetectorPerfect}, SafetyOnly: true, MaxStates: 80_000_000, MaxMemory: -1,
 		})
 		if err != nil {

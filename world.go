@@ -294,7 +294,6 @@ func newWorld(cfg *config, build func(id, n int) machine) (*World, error) {
 			w.pos[i] = -1
 		}
 	}
-	w.f.crashWho = -1
 	if d := cfg.sim.detector; d != nil {
 		w.f.detector, w.f.falseLeft = d.Kind, d.FalseSuspicions
 	}

@@ -193,7 +193,7 @@ func (w *World) appendTransitions(trs []Transition, faults bool) []Transition {
 	trs = w.appendDetector(trs, true)
 	if w.f.crashLeft > 0 {
 		for p := range w.n {
-			if !w.isCrashed(p) && (w.f.crashWho < 0 || w.f.crashWho == p) && (!w.f.crashIn || w.peers[p].d.inside) &&
+			if !w.isCrashed(p) && w.f.mayCrash(p) && (!w.f.crashIn || w.peers[p].d.inside) &&
 				(!w.f.crashWait || w.peers[p].d.requested) {
 				trs = append(trs, Transition{Kind: TransCrash, Peer: p})
 			}

@@ -24,7 +24,7 @@ type worldFaults struct {
 
 	// Faults a checker may inject, as transitions.
 	crashLeft int     // crashes still allowed
-	crashWho  int     // the peer that may crash, or -1 for any
+	crashOnly uint64  // the peers that may crash (peer p is bit 1<<p); 0 for any
 	crashIn   bool    // a peer may crash only inside the critical section
 	crashWait bool    // a peer may crash only while its request waits
 	loseLeft  int     // losses of a message in flight still allowed
@@ -40,6 +40,11 @@ type worldFaults struct {
 	detector  DetectorKind
 	suspects  uint64
 	falseLeft int
+}
+
+// mayCrash reports whether a checker's crash may strike peer.
+func (f *worldFaults) mayCrash(peer int) bool {
+	return f.crashOnly == 0 || f.crashOnly&(1<<uint(peer)) != 0
 }
 
 // isCrashed reports whether peer has crashed.

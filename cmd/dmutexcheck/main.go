@@ -252,25 +252,19 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	switch c := strings.ToLower(*crash); c {
 	case "":
 	case "any":
-		cfg.Faults.Crash, cfg.Faults.CrashPeer = true, dmutex.AnyPeer
+		cfg.Faults.Crash = true
 	default:
 		p, err := strconv.Atoi(c)
-		if err != nil || p < 0 {
+		if err != nil || p < 0 || p >= 64 {
 			return bad("-crash: %q is not any or a peer id", *crash)
 		}
-		cfg.Faults.Crash, cfg.Faults.CrashPeer = true, p
+		cfg.Faults.Crash, cfg.Faults.CrashOnly = true, 1<<p
 	}
 	if *crashInside {
-		if !cfg.Faults.Crash {
-			cfg.Faults.Crash, cfg.Faults.CrashPeer = true, dmutex.AnyPeer
-		}
-		cfg.Faults.CrashInside = true
+		cfg.Faults.Crash, cfg.Faults.CrashInside = true, true
 	}
 	if *crashWaiting {
-		if !cfg.Faults.Crash {
-			cfg.Faults.Crash, cfg.Faults.CrashPeer = true, dmutex.AnyPeer
-		}
-		cfg.Faults.CrashWaiting = true
+		cfg.Faults.Crash, cfg.Faults.CrashWaiting = true, true
 	}
 	if *partition != "" {
 		side, err := parseInts(*partition)

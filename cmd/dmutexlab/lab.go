@@ -764,7 +764,7 @@ func checkState(ctx context.Context, st *state) (*state, *dmutex.CheckResult, er
 		// A detector has something to detect: one crash of any peer at any
 		// point, as in the README's recovery table. A variant's own faults
 		// are Check's default.
-		cc.Faults = dmutex.CheckFaults{Crash: true, CrashPeer: dmutex.AnyPeer}
+		cc.Faults = dmutex.CheckFaults{Crash: true}
 	}
 	if st.Delivery == dmutex.DeliverReorder {
 		cc.Network = dmutex.NetworkUnordered
