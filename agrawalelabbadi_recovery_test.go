@@ -234,7 +234,7 @@ func TestAgrawalElAbbadiRecoveryCrash(t *testing.T) {
 			c := recoveryCluster(t, AgrawalElAbbadi, n)
 			dead := c.Peer(crashed)
 			lockWithin(t, dead, time.Minute)
-			deadFence := dead.(*Peer).Fence()
+			deadFence := dead.Fence()
 			if !inside {
 				dead.Unlock()
 			}
@@ -249,7 +249,7 @@ func TestAgrawalElAbbadiRecoveryCrash(t *testing.T) {
 					before := c.Stats()
 					p := c.Peer(id)
 					lockWithin(t, p, time.Minute)
-					f := p.(*Peer).Fence()
+					f := p.Fence()
 					assert.Greater(t, f, last, "round %d peer %d", round, id)
 					last = f
 					p.Unlock()

@@ -93,7 +93,7 @@ func benchEntry(b *testing.B, v variant, n int, all bool) {
 
 // entriesOne returns a run that takes len(lat) entries one after another,
 // each by a peer chosen at random, and records each Lock's latency.
-func entriesOne(peers []Locker, lat []time.Duration) func() {
+func entriesOne(peers []*Peer, lat []time.Duration) func() {
 	order := make([]int, len(lat))
 	rng := rand.New(rand.NewPCG(1, uint64(len(peers))))
 	prev := -1
@@ -125,7 +125,7 @@ func entriesOne(peers []Locker, lat []time.Duration) func() {
 // first peer finished its share, as shares of all the entries made by
 // then: the fixed shares hide how the algorithm divides its entries, the
 // race to the first finish shows it.
-func entriesAll(peers []Locker, lat []time.Duration) (run func(), shares func() (lo, hi float64)) {
+func entriesAll(peers []*Peer, lat []time.Duration) (run func(), shares func() (lo, hi float64)) {
 	start := make(chan struct{})
 	var next atomic.Int64
 	var wg sync.WaitGroup

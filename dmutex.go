@@ -210,10 +210,9 @@ func sortedKeys(m map[string]uint64) []string {
 // Its methods are safe for concurrent use. After Close, every peer is
 // closed (see Peer.Close).
 type Cluster struct {
-	alg     Algorithm
-	net     *ChanNetwork
-	peers   []*Peer
-	lockers []Locker
+	alg   Algorithm
+	net   *ChanNetwork
+	peers []*Peer
 }
 
 // New starts a cluster of n peers, ids 0 to n-1, running alg over a fresh
@@ -238,7 +237,6 @@ func New(alg Algorithm, n int, opts ...Option) (*Cluster, error) {
 		}
 		p := startPeer(alg, i, n, m, c.net.Endpoint(i), cfg)
 		c.peers = append(c.peers, p)
-		c.lockers = append(c.lockers, p)
 	}
 	return c, nil
 }
@@ -250,15 +248,17 @@ func (c *Cluster) Algorithm() Algorithm { return c.alg }
 func (c *Cluster) Len() int { return len(c.peers) }
 
 // Peers returns every peer; index i is peer i. The slice is the caller's.
-func (c *Cluster) Peers() []Locker { return append([]Locker(nil), c.lockers...) }
+func (c *Cluster) Peers() []*Peer { return append([]*Peer(nil), c.peers...) }
 
-// Peer returns peer i. It panics if i is not in [0, n), as indexing a
-// slice would.
-func (c *Cluster) Peer(i int) Locker {
-	if i < 0 || i >= len(c.lockers) {
-		panic(fmt.Sprintf("dmutex: peer %d out of range [0, %d)", i, len(c.lockers)))
+// Peer returns peer i, a *Peer as NewPeer builds for another process:
+// beside the Locker methods it has the runtime's own, such as Suspected
+// (the peers its failure detector suspects now) and Close. It panics if
+// i is not in [0, n), as indexing a slice would.
+func (c *Cluster) Peer(i int) *Peer {
+	if i < 0 || i >= len(c.peers) {
+		panic(fmt.Sprintf("dmutex: peer %d out of range [0, %d)", i, len(c.peers)))
 	}
-	return c.lockers[i]
+	return c.peers[i]
 }
 
 // Network returns the in-memory network that connects the peers, for

@@ -31,7 +31,7 @@ func TestFailoverRuntimeCrash(t *testing.T) {
 			c := recoveryCluster(t, Centralized, n)
 			dead := c.Peer(coordinator)
 			lockWithin(t, dead, time.Minute)
-			deadFence := dead.(*Peer).Fence()
+			deadFence := dead.Fence()
 			if !inside {
 				dead.Unlock()
 			}
@@ -56,7 +56,7 @@ func TestFailoverRuntimeCrash(t *testing.T) {
 					err := p.LockContext(ctx)
 					cancel()
 					require.NoError(t, err, "round %d peer %d", round, id)
-					f := p.(*Peer).Fence()
+					f := p.Fence()
 					assert.Greater(t, f, max(last, deadFence), "round %d peer %d", round, id)
 					last = f
 					p.Unlock()

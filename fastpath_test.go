@@ -306,7 +306,7 @@ func TestFastPathServesLockContext(t *testing.T) {
 // Lock does.
 func TestFastPathArmsOnTryLock(t *testing.T) {
 	c := variant{alg: SuzukiKasami}.cluster(t, 2)
-	p := c.Peer(0).(*Peer) // holds the idle token
+	p := c.Peer(0) // holds the idle token
 	for range 3 {
 		require.True(t, p.TryLock())
 		p.Unlock()

@@ -129,7 +129,7 @@ func TestHoldLostOnPartition(t *testing.T) {
 			cut := time.Now()
 			require.NoError(t, c.Network().Partition([]int{1}))
 			if tt.want == nil {
-				eventually(t, "peer 1 suspects the others", func() bool { return len(p.(*Peer).Suspected()) == n-1 })
+				eventually(t, "peer 1 suspects the others", func() bool { return len(p.Suspected()) == n-1 })
 				requireOpen(t, lost, "a hold that depends on nobody")
 				require.NoError(t, p.HoldErr())
 				p.Unlock()

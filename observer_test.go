@@ -285,7 +285,7 @@ func TestObserverSeesFastTryLock(t *testing.T) {
 	c, err := New(SuzukiKasami, 2, WithObserver(rec))
 	require.NoError(t, err)
 	defer func() { require.NoError(t, c.Close()) }()
-	p := c.Peer(0).(*Peer) // holds the idle token
+	p := c.Peer(0) // holds the idle token
 	const rounds = 5
 	for range rounds {
 		p.Lock()
@@ -310,7 +310,7 @@ func TestUnlockAfterCloseSendsNothing(t *testing.T) {
 	defer func() { require.NoError(t, c.Close()) }()
 	p := c.Peer(1)
 	p.Lock()
-	require.NoError(t, p.(*Peer).Close())
+	require.NoError(t, p.Close())
 	p.Unlock()
 	rec.mu.Lock()
 	defer rec.mu.Unlock()

@@ -17,7 +17,7 @@ func enteredOnceBytes(tb testing.TB, n int) (float64, *Peer) {
 	c, err := NewRicartAgrawala(n)
 	require.NoError(tb, err)
 	tb.Cleanup(func() { require.NoError(tb, c.Close()) })
-	p := c.Peers()[0].(*Peer)
+	p := c.Peers()[0]
 	quiesce := func() {
 		// Wait until every reply has been received (liveness, no
 		// deadline): the cluster sends nothing more after the Unlock.

@@ -100,17 +100,17 @@ func TestUnreachableBeforeRequest(t *testing.T) {
 			defer cancel()
 			// Wait, asking nothing of the machine, until the peer is
 			// suspected.
-			for len(p.(*Peer).Suspected()) == 0 {
+			for len(p.Suspected()) == 0 {
 				require.NoError(t, ctx.Err(), "never suspected")
 				time.Sleep(time.Millisecond)
 			}
-			assert.Equal(t, []int{cut}, p.(*Peer).Suspected())
+			assert.Equal(t, []int{cut}, p.Suspected())
 			before := c.Stats()
 			requireUnreachable(t, p.LockContext(ctx), cut)
 			requireUnreachable(t, p.TryLockContext(ctx), cut)
 			assert.Equal(t, before, c.Stats(), "nothing sent while the peer is unreachable")
 			c.Network().Heal()
-			for len(p.(*Peer).Suspected()) > 0 {
+			for len(p.Suspected()) > 0 {
 				require.NoError(t, ctx.Err(), "never trusted again")
 				time.Sleep(time.Millisecond)
 			}
@@ -217,8 +217,8 @@ func TestUnreachableUnneededKeepsWaiting(t *testing.T) {
 	waitParked(t, "(*Peer).wait(", "select", "before the suspicion")
 	require.NoError(t, c.Network().Crash(3))
 	deadline := time.Now().Add(time.Minute)
-	for !slices.Equal(c.Peer(1).(*Peer).Suspected(), []int{3}) {
-		require.True(t, time.Now().Before(deadline), "peer 1 never suspected peer 3: %v", c.Peer(1).(*Peer).Suspected())
+	for !slices.Equal(c.Peer(1).Suspected(), []int{3}) {
+		require.True(t, time.Now().Before(deadline), "peer 1 never suspected peer 3: %v", c.Peer(1).Suspected())
 		time.Sleep(time.Millisecond)
 	}
 	// The suspicion has closed the channel the waiter selects on.
@@ -259,7 +259,7 @@ func waitParked(t *testing.T, frame, state, when string) {
 func TestUnreachableLockAfterSuspicion(t *testing.T) {
 	c, err := New(RicartAgrawala, 3, WithUnreachableAfter(unreachableAfter))
 	require.NoError(t, err)
-	p := c.Peer(0).(*Peer)
+	p := c.Peer(0)
 	require.NoError(t, c.Network().Crash(2))
 	waitSuspected(t, p, []int{2})
 	closed := lockUntilClose(t, p)
@@ -273,7 +273,7 @@ func TestUnreachableLockAfterSuspicion(t *testing.T) {
 // peer 0, which would wait behind the first, gets the error at once.
 func TestUnreachableIdleHolderEntersAlone(t *testing.T) {
 	c := reachCluster(t, variant{alg: SuzukiKasami})
-	p := c.Peer(0).(*Peer)
+	p := c.Peer(0)
 	require.NoError(t, c.Network().Crash(3))
 	waitSuspected(t, p, []int{3})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -392,7 +392,7 @@ func TestCrashedPeerDoesNotSuspectItself(t *testing.T) {
 	require.NoError(t, err)
 	defer func() { require.NoError(t, c.Close()) }()
 	require.NoError(t, c.Network().Crash(0))
-	p := c.Peer(0).(*Peer)
+	p := c.Peer(0)
 	deadline := time.Now().Add(time.Minute)
 	for len(p.Suspected()) == 0 {
 		require.False(t, time.Now().After(deadline), "the crashed peer never suspected anyone")

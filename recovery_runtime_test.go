@@ -119,7 +119,7 @@ func TestRecoveryCrash(t *testing.T) {
 			c := recoveryCluster(t, RicartAgrawala, n)
 			dead := c.Peer(crashed)
 			lockWithin(t, dead, time.Minute)
-			deadFence := dead.(*Peer).Fence()
+			deadFence := dead.Fence()
 			if !inside {
 				dead.Unlock()
 			}
@@ -135,7 +135,7 @@ func TestRecoveryCrash(t *testing.T) {
 					err := p.LockContext(ctx) // never ErrPeerUnreachable: the machine goes on without it
 					cancel()
 					require.NoError(t, err, "round %d peer %d", round, id)
-					f := p.(*Peer).Fence()
+					f := p.Fence()
 					if round == 0 {
 						// Each survivor's first entry since it suspected the
 						// crashed peer (it cannot enter without suspecting
@@ -200,7 +200,7 @@ func TestRecoveryTrustAgain(t *testing.T) {
 	for id := range n - 1 {
 		p := c.Peer(id)
 		lockWithin(t, p, time.Minute)
-		last = p.(*Peer).Fence()
+		last = p.Fence()
 		p.Unlock()
 	}
 	c.Network().Heal()
@@ -211,7 +211,7 @@ func TestRecoveryTrustAgain(t *testing.T) {
 		before := c.Stats()
 		p := c.Peer(id)
 		lockWithin(t, p, time.Minute)
-		f := p.(*Peer).Fence()
+		f := p.Fence()
 		// Nobody is suspected any more: no new epoch, even for the peer
 		// that suspected the others while cut off and has not entered.
 		assert.Equal(t, classFence(last, id, n), f, "peer %d", id)
@@ -233,7 +233,7 @@ func TestRecoveryFastPath(t *testing.T) {
 	c, err := New(SuzukiKasami, n, WithRecovery(), WithUnreachableAfter(unreachableAfter))
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, c.Close()) })
-	holder := c.Peer(0).(*Peer) // the token starts there
+	holder := c.Peer(0) // the token starts there
 	armed := func() bool {
 		holder.mu.Lock()
 		defer holder.mu.Unlock()
@@ -247,7 +247,7 @@ func TestRecoveryFastPath(t *testing.T) {
 	require.NoError(t, c.Network().Crash(2))
 	waitSuspected(t, holder, []int{2})
 	lockWithin(t, c.Peer(1), time.Minute)
-	assert.Greater(t, c.Peer(1).(*Peer).Fence(), uint64(FenceEpoch))
+	assert.Greater(t, c.Peer(1).Fence(), uint64(FenceEpoch))
 	c.Peer(1).Unlock()
 	lockWithin(t, holder, time.Minute)
 	holder.Unlock()
@@ -266,13 +266,13 @@ func TestRecoveryEpochOnSuspicionOnly(t *testing.T) {
 	p := c.Peer(0)
 	waitSuspected(t, p, []int{3, 4})
 	lockWithin(t, p, time.Minute)
-	first := p.(*Peer).Fence()
+	first := p.Fence()
 	assert.Equal(t, classFence(FenceEpoch, 0, n), first)
 	p.Unlock()
 	c.Network().Heal()
 	waitSuspected(t, p, []int{4})
 	lockWithin(t, p, time.Minute)
-	assert.Equal(t, classFence(first, 0, n), p.(*Peer).Fence(), "a trust starts no epoch")
+	assert.Equal(t, classFence(first, 0, n), p.Fence(), "a trust starts no epoch")
 	p.Unlock()
 }
 

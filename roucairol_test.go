@@ -363,7 +363,7 @@ func TestRoucairolTimedCosts(t *testing.T) {
 // permission, which the first peer must then ask back.
 func TestRoucairolFastPath(t *testing.T) {
 	c := variant{alg: RoucairolCarvalho}.cluster(t, 3)
-	p := c.Peer(0).(*Peer)
+	p := c.Peer(0)
 	for range 5 {
 		lockWithin(t, p, 10*time.Second)
 		p.Unlock()

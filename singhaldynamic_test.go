@@ -479,7 +479,7 @@ func TestSinghalDynamicTimedCosts(t *testing.T) {
 // peer in its request set, which it must then ask.
 func TestSinghalDynamicFastPath(t *testing.T) {
 	c := variant{alg: SinghalDynamic}.cluster(t, 3)
-	p := c.Peer(0).(*Peer)
+	p := c.Peer(0)
 	for range 5 {
 		lockWithin(t, p, 10*time.Second)
 		p.Unlock()

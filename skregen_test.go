@@ -192,7 +192,7 @@ func TestSKRecoveryRuntime(t *testing.T) {
 			t.Cleanup(func() { require.NoError(t, c.Close()) })
 			dead := c.Peer(crashed)
 			lockWithin(t, dead, time.Minute) // peer 0 holds the token from the start
-			deadFence := dead.(*Peer).Fence()
+			deadFence := dead.Fence()
 			if !inside {
 				dead.Unlock()
 			}
@@ -203,7 +203,7 @@ func TestSKRecoveryRuntime(t *testing.T) {
 				for id := 1; id < n; id++ {
 					p := c.Peer(id)
 					lockWithin(t, p, time.Minute)
-					f := p.(*Peer).Fence()
+					f := p.Fence()
 					assert.Greater(t, f, last, "round %d peer %d", round, id)
 					last = f
 					p.Unlock()
