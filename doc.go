@@ -14,6 +14,33 @@
 //	p.Unlock()
 //	fmt.Println(c.Stats()) // every message, counted at the transport
 //
+// # The lock API
+//
+// A [Locker] is one peer: Lock and Unlock as sync.Mutex has them,
+// [Locker.LockContext] and [Locker.TryLock] to give up or not wait,
+// [Locker.Fence] for the store it protects, and [Locker.HoldLost] for
+// a hold in doubt.
+//
+// [New] starts a [Cluster] of n peers of an [Algorithm] in this process,
+// over an in-memory [ChanNetwork]; each algorithm also has a constructor
+// of its own, such as [NewRicartAgrawala] (the table below lists them).
+// [Cluster.Peer] returns one of its peers, a [*Peer]: a Locker, with the
+// runtime's own methods besides, such as [Peer.Suspected] and
+// [Peer.Close]. For peers in separate processes, [NewPeer] builds one
+// peer over a [Transport] (the module's grpctransport package is one).
+//
+// Constructors take [Option] values, each accepted by a cluster or a
+// peer: [WithRecovery] and [WithUnreachableAfter] for lost peers,
+// [WithFenceFloor] for fences across restarts, [WithObserver] for
+// metrics, [WithFaults] for an in-memory network with faults, and the
+// algorithms' own [WithImplicitReplies], [WithVotingSets] and
+// [WithTree].
+//
+// Errors are sentinels to test with errors.Is: [ErrClosed],
+// [ErrLocked] (a refused try), [ErrPeerUnreachable] (an
+// [*UnreachableError] names the peers), [ErrHoldLost] and
+// [ErrInvalidConfig].
+//
 // # The algorithms
 //
 // Permission-based algorithms ask the other peers, or some of them, for
@@ -83,19 +110,6 @@
 // Suzuki-Kasami, the centralized algorithm and Agrawal-El Abbadi go on
 // without a crashed peer (see Lost peers). See each constructor.
 //
-// # Architecture
-//
-// Each algorithm is a pure, synchronous state machine: an event goes in (a
-// local request, a local release, a message received) and messages to
-// send, and whether the peer entered, come out. Machines have no
-// goroutines, channels, clocks or I/O, so the same code runs under the
-// goroutine runtime ([Peer]), the deterministic simulator ([Simulation]) and the model
-// checker. A Peer steps its machine under its mutex, on the caller's
-// goroutine when the machine can enter at once (a peer that already holds
-// an idle token) and on its receive goroutine for messages. A [Transport]
-// carries messages between peers: [ChanNetwork] in memory, or a network
-// transport for peers in separate processes (see [NewPeer]).
-//
 // # Cancellation and closing
 //
 // [Locker.LockContext] gives up when its context ends, returning ctx.Err(). A
@@ -104,13 +118,6 @@
 // leaves at once. No other peer waits forever for a caller that gave up.
 // [Peer.Close] stops a peer's goroutines; LockContext then returns
 // [ErrClosed], and Lock panics with it rather than block forever.
-//
-// # Observing
-//
-// [WithObserver] gives peers an [Observer], told of every wait, hold,
-// failed call and message; a peer without one reads no clock for it. The
-// module github.com/dmutex/dmutex/dmutexprom adapts an Observer to
-// Prometheus.
 //
 // # Trying without waiting
 //
@@ -199,4 +206,47 @@
 // highest it has accepted then never accepts a stale holder, across
 // restarts, and never refuses the new cluster's writes
 // (TestFenceFloorAcrossRestarts).
+// # Observing
+//
+// [WithObserver] gives peers an [Observer], told of every wait, hold,
+// failed call and message; a peer without one reads no clock for it. The
+// module github.com/dmutex/dmutex/dmutexprom adapts an Observer to
+// Prometheus.
+//
+// # Simulating, checking and measuring
+//
+// The same machines run without goroutines or clocks, for tests, teaching
+// and measurement. Each takes the options of the algorithm it runs, as a
+// cluster does, and its own settings in a struct:
+//
+//   - [Simulation] ([NewSimulation], [SimConfig]) runs a cluster in one
+//     goroutine under a seeded random schedule that replays exactly, with
+//     faults, and checks every promise after every step; WriteLog and
+//     WriteMermaid print the run.
+//   - [World] ([NewWorld], [WorldConfig]) is a whole cluster as a value:
+//     its enabled [Transition] values and Apply, one at a time.
+//   - [Check] ([CheckConfig], [CheckResult]) explores every reachable
+//     World of a small configuration and decides safety, deadlock and
+//     starvation freedom, with a shortest counterexample; [Variants] are
+//     the textbooks' broken versions it refutes.
+//   - [RunTimed] ([Timing]) measures synchronization delay, response time
+//     and throughput in virtual time, and [MeasureRecovery] what a crash
+//     costs.
+//
+// The commands dmutexcheck, dmutexbench and dmutexlab (a browser
+// explorer) are built on them.
+//
+// # Architecture
+//
+// Each algorithm is a pure, synchronous state machine: an event goes in (a
+// local request, a local release, a message received) and messages to
+// send, and whether the peer entered, come out. Machines have no
+// goroutines, channels, clocks or I/O, so the same code runs under the
+// goroutine runtime ([Peer]), the deterministic simulator ([Simulation]) and the model
+// checker. A Peer steps its machine under its mutex, on the caller's
+// goroutine when the machine can enter at once (a peer that already holds
+// an idle token) and on its receive goroutine for messages. A [Transport]
+// carries messages between peers: [ChanNetwork] in memory, or a network
+// transport for peers in separate processes (see [NewPeer]).
+//
 package dmutex

@@ -163,3 +163,44 @@ func forEachLink(b comment.Block, f func(*comment.DocLink)) {
 		}
 	}
 }
+
+// TestPackageDocLeadsWithTheLockAPI checks the order in which the package
+// documentation introduces names, since go doc sorts the index
+// alphabetically: every name of the lock API is linked before the first
+// link to the simulator, the world, the checker or the cost models.
+func TestPackageDocLeadsWithTheLockAPI(t *testing.T) {
+	f, err := parser.ParseFile(token.NewFileSet(), "doc.go", nil, parser.ParseComments)
+	require.NoError(t, err)
+	require.NotNil(t, f.Doc)
+	p := comment.Parser{
+		LookupPackage: func(name string) (string, bool) { return "", false },
+		LookupSym:     func(recv, name string) bool { return true },
+	}
+	first := map[string]int{} // name -> the order of its first link
+	for _, b := range p.Parse(f.Doc.Text()).Content {
+		forEachLink(b, func(l *comment.DocLink) {
+			name := l.Name
+			if l.Recv != "" {
+				name = l.Recv + "." + l.Name
+			}
+			if _, ok := first[name]; !ok {
+				first[name] = len(first)
+			}
+		})
+	}
+	lock := []string{"Locker", "New", "Cluster", "Cluster.Peer", "Peer", "NewPeer", "Transport", "Option",
+		"ErrClosed", "ErrLocked", "ErrPeerUnreachable", "ErrHoldLost", "ErrInvalidConfig"}
+	tools := []string{"Simulation", "NewSimulation", "SimConfig", "World", "NewWorld", "WorldConfig",
+		"Check", "CheckConfig", "Variants", "RunTimed", "MeasureRecovery"}
+	last := -1
+	for _, name := range lock {
+		i, ok := first[name]
+		require.True(t, ok, "the package doc does not link %s", name)
+		last = max(last, i)
+	}
+	for _, name := range tools {
+		i, ok := first[name]
+		require.True(t, ok, "the package doc does not link %s", name)
+		assert.Greater(t, i, last, "[%s] is linked before the last of the lock API", name)
+	}
+}
