@@ -248,5 +248,4 @@
 // an idle token) and on its receive goroutine for messages. A [Transport]
 // carries messages between peers: [ChanNetwork] in memory, or a network
 // transport for peers in separate processes (see [NewPeer]).
-//
 package dmutex
