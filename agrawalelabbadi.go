@@ -507,7 +507,7 @@ func (a *agrawalElAbbadi) appendState(b []byte) []byte {
 	return a.maekawa.appendState(b)
 }
 
-func (a *agrawalElAbbadi) describe() []Field {
+func (a *agrawalElAbbadi) describe() []StateField {
 	fs := a.maekawa.describe()
 	if a.recovery {
 		var down []int
@@ -516,12 +516,12 @@ func (a *agrawalElAbbadi) describe() []Field {
 				down = append(down, j)
 			}
 		}
-		fs = append(fs, Field{"suspects", describePeers(down)})
+		fs = append(fs, StateField{"suspects", describePeers(down)})
 		var parked []string
 		for _, e := range a.parked {
 			parked = append(parked, fmt.Sprintf("(%d,P%d)", e.ts, e.id))
 		}
-		fs = append(fs, Field{"set aside", "[" + strings.Join(parked, " ") + "]"})
+		fs = append(fs, StateField{"set aside", "[" + strings.Join(parked, " ") + "]"})
 	}
 	return fs
 }

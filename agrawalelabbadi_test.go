@@ -156,7 +156,7 @@ func aeaStep(a *agrawalElAbbadi, ev event) ([]Message, bool, bool) {
 	return out.msgs, out.entered, out.refused
 }
 
-func aeaMsg(kind Kind, from, to int, ts uint64) event {
+func aeaMsg(kind MessageKind, from, to int, ts uint64) event {
 	return event{kind: evMessage, msg: Message{Kind: kind, From: from, To: to, TS: ts}}
 }
 
@@ -400,8 +400,8 @@ func TestAgrawalElAbbadiRecoveryDescribed(t *testing.T) {
 	aeaStep(a, aeaPeer(evSuspect, 1, 0))
 	aeaStep(a, aeaMsg(KindRequest, 1, 0, 2))
 	fs := a.describe()
-	assert.Equal(t, Field{"suspects", describePeers([]int{1})}, fs[len(fs)-2])
-	assert.Equal(t, Field{"set aside", "[(2,P1)]"}, fs[len(fs)-1])
+	assert.Equal(t, StateField{"suspects", describePeers([]int{1})}, fs[len(fs)-2])
+	assert.Equal(t, StateField{"set aside", "[(2,P1)]"}, fs[len(fs)-1])
 	m, err := newAgrawalElAbbadi(0, 3, &config{})
 	require.NoError(t, err)
 	for _, f := range m.(*agrawalElAbbadi).describe() {

@@ -301,15 +301,15 @@ func (c *centralized) tryGranted(m Message, sent []Message) bool {
 	return m.Kind == KindTry && !slices.ContainsFunc(sent, func(s Message) bool { return s.Kind == KindBusy })
 }
 
-func (c *centralized) describe() []Field {
-	fs := []Field{{"wanting", fmt.Sprint(c.wanting)}}
+func (c *centralized) describe() []StateField {
+	fs := []StateField{{"wanting", fmt.Sprint(c.wanting)}}
 	if c.trying {
-		fs = append(fs, Field{"trying", "true"})
+		fs = append(fs, StateField{"trying", "true"})
 	}
 	if c.recovery {
-		fs = append(fs, Field{"term", fmt.Sprintf("%d (coordinator P%d)", c.term, c.coord())}, Field{"request", fmt.Sprint(c.req)})
+		fs = append(fs, StateField{"term", fmt.Sprintf("%d (coordinator P%d)", c.term, c.coord())}, StateField{"request", fmt.Sprint(c.req)})
 		if c.inside {
-			fs = append(fs, Field{"inside", "true"})
+			fs = append(fs, StateField{"inside", "true"})
 		}
 		var sus []int
 		for j, s := range c.suspected {
@@ -317,9 +317,9 @@ func (c *centralized) describe() []Field {
 				sus = append(sus, j)
 			}
 		}
-		fs = append(fs, Field{"suspected", describePeers(sus)})
+		fs = append(fs, StateField{"suspected", describePeers(sus)})
 		if c.collecting {
-			fs = append(fs, Field{"collecting", "true"})
+			fs = append(fs, StateField{"collecting", "true"})
 		}
 	}
 	if c.id == c.coord() {
@@ -327,7 +327,7 @@ func (c *centralized) describe() []Field {
 		if c.holder >= 0 {
 			holder = fmt.Sprintf("P%d", c.holder)
 		}
-		fs = append(fs, Field{"holder", holder}, Field{"queue", describePeers(c.queue)})
+		fs = append(fs, StateField{"holder", holder}, StateField{"queue", describePeers(c.queue)})
 	}
 	return fs
 }

@@ -19,7 +19,7 @@ func newCentralizedMachine(t *testing.T, id, n int) *centralized {
 // in or refuse its try, nor free or grant at the coordinator. A guard that
 // is dropped lets one of them through.
 func TestCentralizedIgnoresStrayMessages(t *testing.T) {
-	msg := func(k Kind, from int) event {
+	msg := func(k MessageKind, from int) event {
 		return event{kind: evMessage, msg: Message{Kind: k, From: from}}
 	}
 	tests := []struct {
@@ -89,7 +89,7 @@ func wantTry(c *centralized, out *output) { c.step(event{kind: evTry}, out) }
 func TestCentralizedQueue(t *testing.T) {
 	c := newCentralizedMachine(t, 0, 4)
 	var out output
-	step := func(k Kind, from int) []Message {
+	step := func(k MessageKind, from int) []Message {
 		out.reset()
 		c.step(event{kind: evMessage, msg: Message{Kind: k, From: from}}, &out)
 		return append([]Message(nil), out.msgs...)

@@ -60,8 +60,8 @@ type CheckFaults struct {
 	// request is out and not yet served: one that may sit in a queue of
 	// the algorithm (a token's queue, a chain of NEXT pointers).
 	CrashWaiting bool
-	Lose         bool // one message in flight may be lost
-	LoseKind     Kind // with Lose: the kind of message that may be lost; 0 for any
+	Lose         bool        // one message in flight may be lost
+	LoseKind     MessageKind // with Lose: the kind of message that may be lost; 0 for any
 
 	// Partition, if not zero, lets the network split once into two
 	// groups, the peers whose bits are set (peer p is bit 1<<p) and the

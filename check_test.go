@@ -456,7 +456,7 @@ func requireReplays(t *testing.T, v *Violation) {
 		require.NoError(t, err)
 		last, ok := w.Find(v.Transitions[len(v.Transitions)-1])
 		require.True(t, ok)
-		var st Step
+		var st StepResult
 		st, err = w.Apply(last)
 		if err == nil {
 			err = st.overlap // with the fenced store, two inside does not stop the run
@@ -627,7 +627,7 @@ func TestCheckBadConfig(t *testing.T) {
 		{Algorithm: Lamport, Network: Network(9)},
 		{Algorithm: Lamport, Faults: CheckFaults{Crash: true, CrashOnly: 1 << 3}},
 		{Algorithm: Lamport, Faults: CheckFaults{CrashOnly: 1}},
-		{Algorithm: Lamport, Faults: CheckFaults{Lose: true, LoseKind: Kind(77)}},
+		{Algorithm: Lamport, Faults: CheckFaults{Lose: true, LoseKind: MessageKind(77)}},
 		{Variant: "nope"},
 		{Algorithm: Lamport, Options: []Option{WithImplicitReplies()}},
 	} {

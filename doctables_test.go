@@ -32,7 +32,7 @@ type docAlg struct {
 	name  string // as in the tables
 	alg   Algorithm
 	opts  []Option
-	kinds []Kind // the kinds of message it sends, each lost in a row
+	kinds []MessageKind // the kinds of message it sends, each lost in a row
 
 	// recovery: the algorithm with WithRecovery and a perfect failure
 	// detector, in the crash rows of the failure table only (a recovery
@@ -58,21 +58,21 @@ func recoveryDocAlgs() map[Algorithm]docAlg {
 
 func docAlgs() []docAlg {
 	return []docAlg{
-		{"centralized", Centralized, nil, []Kind{KindRequest, KindGrant, KindRelease}, false},
-		{"Lamport", Lamport, nil, []Kind{KindRequest, KindReply, KindRelease}, false},
-		{"Ricart-Agrawala", RicartAgrawala, nil, []Kind{KindRequest, KindReply}, false},
-		{"… implicit replies", RicartAgrawala, []Option{WithImplicitReplies()}, []Kind{KindRequest, KindReply}, false},
-		{"Maekawa", Maekawa, nil, []Kind{KindRequest, KindLocked, KindInquire, KindFailed, KindRelinquish, KindRelease}, false},
-		{"Suzuki-Kasami", SuzukiKasami, nil, []Kind{KindRequest, KindToken}, false},
-		{"token ring", TokenRing, nil, []Kind{KindToken, KindRequest}, false}, // a request is the wake of a resting token
-		{"Raymond", Raymond, nil, []Kind{KindRequest, KindPrivilege}, false},
-		{"Roucairol-Carvalho", RoucairolCarvalho, nil, []Kind{KindRequest, KindReply}, false},
-		{"Naimi-Trehel", NaimiTrehel, nil, []Kind{KindRequest, KindToken}, false},
-		{"Lodha-Kshemkalyani", LodhaKshemkalyani, nil, []Kind{KindRequest, KindReply, KindRelease}, false},
-		{"Ricart-Agrawala token", RicartAgrawalaToken, nil, []Kind{KindRequest, KindToken}, false},
-		{"Singhal dynamic", SinghalDynamic, nil, []Kind{KindRequest, KindReply}, false},
-		{"Singhal heuristic", SinghalHeuristic, nil, []Kind{KindRequest, KindToken}, false},
-		{"Agrawal-El Abbadi", AgrawalElAbbadi, nil, []Kind{KindRequest, KindLocked, KindInquire, KindFailed, KindRelinquish, KindRelease}, false},
+		{"centralized", Centralized, nil, []MessageKind{KindRequest, KindGrant, KindRelease}, false},
+		{"Lamport", Lamport, nil, []MessageKind{KindRequest, KindReply, KindRelease}, false},
+		{"Ricart-Agrawala", RicartAgrawala, nil, []MessageKind{KindRequest, KindReply}, false},
+		{"… implicit replies", RicartAgrawala, []Option{WithImplicitReplies()}, []MessageKind{KindRequest, KindReply}, false},
+		{"Maekawa", Maekawa, nil, []MessageKind{KindRequest, KindLocked, KindInquire, KindFailed, KindRelinquish, KindRelease}, false},
+		{"Suzuki-Kasami", SuzukiKasami, nil, []MessageKind{KindRequest, KindToken}, false},
+		{"token ring", TokenRing, nil, []MessageKind{KindToken, KindRequest}, false}, // a request is the wake of a resting token
+		{"Raymond", Raymond, nil, []MessageKind{KindRequest, KindPrivilege}, false},
+		{"Roucairol-Carvalho", RoucairolCarvalho, nil, []MessageKind{KindRequest, KindReply}, false},
+		{"Naimi-Trehel", NaimiTrehel, nil, []MessageKind{KindRequest, KindToken}, false},
+		{"Lodha-Kshemkalyani", LodhaKshemkalyani, nil, []MessageKind{KindRequest, KindReply, KindRelease}, false},
+		{"Ricart-Agrawala token", RicartAgrawalaToken, nil, []MessageKind{KindRequest, KindToken}, false},
+		{"Singhal dynamic", SinghalDynamic, nil, []MessageKind{KindRequest, KindReply}, false},
+		{"Singhal heuristic", SinghalHeuristic, nil, []MessageKind{KindRequest, KindToken}, false},
+		{"Agrawal-El Abbadi", AgrawalElAbbadi, nil, []MessageKind{KindRequest, KindLocked, KindInquire, KindFailed, KindRelinquish, KindRelease}, false},
 	}
 }
 

@@ -97,8 +97,8 @@ func TestRuntimeMatchesWorld(t *testing.T) {
 type diffNet struct {
 	mu      sync.Mutex
 	seq     uint64
-	sent    []InFlight // every message sent, in order, lost or not
-	flight  []InFlight // in flight, in order of sending
+	sent    []InFlightMessage // every message sent, in order, lost or not
+	flight  []InFlightMessage // in flight, in order of sending
 	crashed []bool
 	down    [][]bool // down[i][j]: peer i is told that j is unreachable
 	push    []func(Message)
@@ -115,7 +115,7 @@ func (e diffEnd) Send(to int, m Message) error {
 	nw.mu.Lock()
 	defer nw.mu.Unlock()
 	nw.seq++
-	f := InFlight{Seq: nw.seq, Msg: traced(m)}
+	f := InFlightMessage{Seq: nw.seq, Msg: traced(m)}
 	nw.sent = append(nw.sent, f)
 	if !nw.crashed[e.id] && !nw.crashed[to] {
 		nw.flight = append(nw.flight, f)
@@ -379,7 +379,7 @@ func (r *diffRun) unlock(p int) {
 func (r *diffRun) deliver(tr Transition) {
 	nw := r.nw
 	nw.mu.Lock()
-	k := slices.IndexFunc(nw.flight, func(f InFlight) bool { return f.Seq == tr.Seq })
+	k := slices.IndexFunc(nw.flight, func(f InFlightMessage) bool { return f.Seq == tr.Seq })
 	require.GreaterOrEqual(r.t, k, 0, "message %d, in flight in the World, is not in flight at runtime", tr.Seq)
 	m := nw.flight[k].Msg
 	nw.flight = slices.Delete(nw.flight, k, k+1)
@@ -397,7 +397,7 @@ func (r *diffRun) crash(tr Transition) {
 	nw := r.nw
 	nw.mu.Lock()
 	nw.crashed[tr.Peer] = true
-	nw.flight = slices.DeleteFunc(nw.flight, func(f InFlight) bool { return f.Msg.From == tr.Peer || f.Msg.To == tr.Peer })
+	nw.flight = slices.DeleteFunc(nw.flight, func(f InFlightMessage) bool { return f.Msg.From == tr.Peer || f.Msg.To == tr.Peer })
 	nw.mu.Unlock()
 	r.applyWorld(tr)
 }
@@ -502,10 +502,10 @@ func (r *diffRun) settle(p int) {
 func (r *diffRun) compare() {
 	t := r.t
 	w := r.w
-	var worldSent []InFlight
+	var worldSent []InFlightMessage
 	for _, e := range w.events[r.events:] {
 		if e.Kind == EventSend {
-			worldSent = append(worldSent, InFlight{Seq: e.Seq, Msg: e.Msg})
+			worldSent = append(worldSent, InFlightMessage{Seq: e.Seq, Msg: e.Msg})
 		}
 	}
 	r.events = len(w.events)

@@ -28,7 +28,7 @@ func fstep(c *centralized, ev event) ([]Message, bool) {
 	return append([]Message(nil), out.msgs...), out.entered
 }
 
-func fmsg(k Kind, from, to int, term, ref uint64) event {
+func fmsg(k MessageKind, from, to int, term, ref uint64) event {
 	return event{kind: evMessage, msg: Message{Kind: k, From: from, To: to, TS: term, Ref: ref}}
 }
 
@@ -321,7 +321,7 @@ func TestFailoverSurvivesJunk(t *testing.T) {
 						ev = event{kind: evSuspect + eventKind(rng.IntN(2)), msg: Message{From: rng.IntN(n+2) - 1}}
 					default:
 						ev = event{kind: evMessage, msg: Message{
-							Kind: Kind(1 + rng.IntN(int(numKinds)-1)),
+							Kind: MessageKind(1 + rng.IntN(int(numKinds)-1)),
 							From: (id + 1 + rng.IntN(n-1)) % n,
 							To:   id,
 							TS:   nums[rng.IntN(len(nums))],

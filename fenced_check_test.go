@@ -73,7 +73,7 @@ func TestWorldFencedStore(t *testing.T) {
 	require.NoError(t, err)
 	w, err := c.startWorld(true)
 	require.NoError(t, err)
-	apply := func(id string) Step {
+	apply := func(id string) StepResult {
 		t.Helper()
 		tr, ok := w.Find(id)
 		require.True(t, ok, "%s not enabled in\n%s", id, w)
@@ -111,7 +111,7 @@ func (eager) step(ev event, out *output) {
 }
 func (e eager) clone() machine            { return e }
 func (eager) appendState(b []byte) []byte { return b }
-func (eager) describe() []Field           { return nil }
+func (eager) describe() []StateField      { return nil }
 func newEager(id, n int) machine          { return eager{} }
 
 // TestCheckFencedCatchesSharedFences: two holders with fence 1 write

@@ -481,7 +481,7 @@ func TestMachinesSurviveJunk(t *testing.T) {
 							ev, inside = event{kind: evRelease}, false
 						default:
 							msg := Message{
-								Kind: Kind(1 + rng.IntN(int(numKinds)-1)),
+								Kind: MessageKind(1 + rng.IntN(int(numKinds)-1)),
 								From: (id + 1 + rng.IntN(n-1)) % n,
 								To:   id,
 								TS:   nums[rng.IntN(len(nums))],

@@ -292,15 +292,15 @@ func (l *lamport) entryEvents(n int) int { return 3*(n-1) + 2 }
 // forget; its busy answers and replies compare only with the trier's own.
 func (l *lamport) carriesTry(m Message) bool { return m.Kind == KindTry }
 
-func (l *lamport) describe() []Field {
-	fs := []Field{
+func (l *lamport) describe() []StateField {
+	fs := []StateField{
 		{"clock", fmt.Sprint(l.clock)},
 		{"request", describeTS(l.wanting || l.held, l.ts)},
 		{"queue", describeStamps(l.queue)},
 		{"last heard", fmt.Sprint(l.last)},
 	}
 	if l.trying {
-		fs = append(fs, Field{"try replies in", fmt.Sprintf("%d of %d", l.answers, l.n-1)})
+		fs = append(fs, StateField{"try replies in", fmt.Sprintf("%d of %d", l.answers, l.n-1)})
 	}
 	return fs
 }

@@ -21,7 +21,7 @@ func lpStep(l *lamport, ev event) ([]Message, bool) {
 	return append([]Message(nil), out.msgs...), out.entered
 }
 
-func lpMsg(k Kind, from, to int, ts uint64) event {
+func lpMsg(k MessageKind, from, to int, ts uint64) event {
 	return event{kind: evMessage, msg: Message{Kind: k, From: from, To: to, TS: ts}}
 }
 
@@ -145,9 +145,9 @@ func TestLamportDescribeAfterRelease(t *testing.T) {
 	l := newLamportMachine(t, 0, 1)
 	_, entered := lpStep(l, event{kind: evRequest})
 	require.True(t, entered)
-	assert.Contains(t, l.describe(), Field{"request", "ts=1"})
+	assert.Contains(t, l.describe(), StateField{"request", "ts=1"})
 	lpStep(l, event{kind: evRelease})
-	assert.Contains(t, l.describe(), Field{"request", "none"})
+	assert.Contains(t, l.describe(), StateField{"request", "none"})
 }
 
 func lpStepOut(l *lamport, ev event) output {
@@ -157,7 +157,7 @@ func lpStepOut(l *lamport, ev event) output {
 	return out
 }
 
-func lpAnswer(k Kind, from int, ts, ref uint64) event {
+func lpAnswer(k MessageKind, from int, ts, ref uint64) event {
 	return event{kind: evMessage, msg: Message{Kind: k, From: from, To: 0, TS: ts, Ref: ref}}
 }
 
@@ -198,7 +198,7 @@ func TestLamportTryStep(t *testing.T) {
 		lpStep(l, event{kind: evTry})
 		_, entered := lpStep(l, lpAnswer(KindReply, 1, 2, l.ts))
 		require.True(t, entered)
-		assert.Contains(t, l.describe(), Field{"request", "ts=1"})
+		assert.Contains(t, l.describe(), StateField{"request", "ts=1"})
 	})
 }
 

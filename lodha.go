@@ -318,13 +318,13 @@ func (l *lodha) appendState(b []byte) []byte {
 	return appendInt(appendUint(b, l.served.ts), l.served.id)
 }
 
-func (l *lodha) describe() []Field {
+func (l *lodha) describe() []StateField {
 	state := [...]string{raReleased: "released", raWanted: "wanted", raHeld: "held"}[l.state]
 	queue := make([]string, len(l.queue))
 	for i, e := range l.queue {
 		queue[i] = fmt.Sprintf("P%d:%d", e.id, e.ts)
 	}
-	fs := []Field{
+	fs := []StateField{
 		{"highest", fmt.Sprint(l.highest)},
 		{"state", state},
 		{"request", describeTS(l.state != raReleased, l.ts)},
@@ -334,7 +334,7 @@ func (l *lodha) describe() []Field {
 		{"served up to", fmt.Sprintf("P%d:%d", l.served.id, l.served.ts)},
 	}
 	if l.trying {
-		fs = append(fs, Field{"trying", "true"})
+		fs = append(fs, StateField{"trying", "true"})
 	}
 	return fs
 }

@@ -24,7 +24,7 @@ func lkStep(l *lodha, ev event) (msgs []Message, entered, refused bool) {
 	return append([]Message(nil), out.msgs...), out.entered, out.refused
 }
 
-func lkMsg(k Kind, from, to int, ts, ref uint64) event {
+func lkMsg(k MessageKind, from, to int, ts, ref uint64) event {
 	return event{kind: evMessage, msg: Message{Kind: k, From: from, To: to, TS: ts, Ref: ref}}
 }
 
@@ -172,7 +172,7 @@ func TestLodhaTryStep(t *testing.T) {
 		lkStep(l, event{kind: evTry})
 		_, entered, _ := lkStep(l, lkMsg(KindReply, 1, 0, 0, 1))
 		require.True(t, entered)
-		assert.NotContains(t, l.describe(), Field{"trying", "true"}, "inside, no longer trying")
+		assert.NotContains(t, l.describe(), StateField{"trying", "true"}, "inside, no longer trying")
 		lkStep(l, lkMsg(KindRequest, 1, 0, 2, 0))
 		msgs, _, _ := lkStep(l, event{kind: evRelease})
 		assert.Equal(t, []Message{{Kind: KindReply, From: 0, To: 1, TS: 0, Ref: 2}}, msgs)
@@ -235,7 +235,7 @@ func TestLodhaDescribe(t *testing.T) {
 	lkStep(l, event{kind: evRequest})
 	lkStep(l, lkMsg(KindRequest, 0, 1, 1, 0))
 	lkStep(l, lkMsg(KindRelease, 2, 1, 0, 9))
-	assert.Equal(t, []Field{
+	assert.Equal(t, []StateField{
 		{"highest", "1"},
 		{"state", "wanted"},
 		{"request", "ts=1"},
@@ -245,7 +245,7 @@ func TestLodhaDescribe(t *testing.T) {
 		{"served up to", "P0:0"},
 	}, l.describe())
 	lkStep(l, event{kind: evTry})
-	assert.Contains(t, l.describe(), Field{"trying", "true"})
+	assert.Contains(t, l.describe(), StateField{"trying", "true"})
 }
 
 // TestLodhaIdleViolation pins what a peer at rest must not keep.

@@ -6,28 +6,28 @@ import (
 	"strings"
 )
 
-// A Kind names what a Message means to the protocol. Kinds are shared by
+// A MessageKind names what a Message means to the protocol. Kinds are shared by
 // all algorithms; each algorithm uses the few its paper defines and ignores
 // the rest.
-type Kind uint8
+type MessageKind uint8
 
 // Message kinds. Their String forms are the keys of Stats.ByKind.
 const (
-	KindRequest     Kind = iota + 1 // ask for permission or for the token
-	KindReply                       // permission (Lamport, Ricart-Agrawala)
-	KindRelease                     // the sender left the critical section
-	KindGrant                       // the coordinator's permission (centralized)
-	KindToken                       // the token itself (Suzuki-Kasami, token ring)
-	KindPrivilege                   // Raymond's name for the token
-	KindLocked                      // a Maekawa voter's vote
-	KindInquire                     // a Maekawa voter asks for its vote back
-	KindFailed                      // a Maekawa voter says the request cannot win now
-	KindRelinquish                  // a Maekawa requester gives a vote back
-	KindTry                         // a TryLock request: answer at once, never defer it
-	KindBusy                        // the answer to a KindTry that cannot be granted now
-	KindCoordinator                 // the sender takes over as coordinator (centralized failover, Suzuki-Kasami regeneration)
-	KindStatus                      // a survivor tells the new coordinator what it holds (the same recoveries)
-	numKinds                        // one past the last kind
+	KindRequest     MessageKind = iota + 1 // ask for permission or for the token
+	KindReply                              // permission (Lamport, Ricart-Agrawala)
+	KindRelease                            // the sender left the critical section
+	KindGrant                              // the coordinator's permission (centralized)
+	KindToken                              // the token itself (Suzuki-Kasami, token ring)
+	KindPrivilege                          // Raymond's name for the token
+	KindLocked                             // a Maekawa voter's vote
+	KindInquire                            // a Maekawa voter asks for its vote back
+	KindFailed                             // a Maekawa voter says the request cannot win now
+	KindRelinquish                         // a Maekawa requester gives a vote back
+	KindTry                                // a TryLock request: answer at once, never defer it
+	KindBusy                               // the answer to a KindTry that cannot be granted now
+	KindCoordinator                        // the sender takes over as coordinator (centralized failover, Suzuki-Kasami regeneration)
+	KindStatus                             // a survivor tells the new coordinator what it holds (the same recoveries)
+	numKinds                               // one past the last kind
 )
 
 var kindNames = [numKinds]string{
@@ -48,7 +48,7 @@ var kindNames = [numKinds]string{
 }
 
 // String returns the kind's lower-case name, such as "request".
-func (k Kind) String() string {
+func (k MessageKind) String() string {
 	if k.Valid() {
 		return kindNames[k]
 	}
@@ -56,7 +56,7 @@ func (k Kind) String() string {
 }
 
 // Valid reports whether k is one of the kinds defined above.
-func (k Kind) Valid() bool { return k > 0 && k < numKinds }
+func (k MessageKind) Valid() bool { return k > 0 && k < numKinds }
 
 // A Message is what one peer sends another. It is a plain value: a
 // Transport may copy it, serialize it, or hold it as long as it likes.
@@ -67,7 +67,7 @@ func (k Kind) Valid() bool { return k > 0 && k < numKinds }
 // it answers, so that a stale reply can be told apart; in Maekawa, the
 // sender's clock; on the token ring, the token's idle count.
 type Message struct {
-	Kind  Kind
+	Kind  MessageKind
 	From  int    // sender's peer id
 	To    int    // receiver's peer id
 	TS    uint64 // timestamp, request number or hop count
@@ -161,7 +161,7 @@ type machine interface {
 // labelled field at a time (World.Describe, for World.String and the
 // lab).
 type describer interface {
-	describe() []Field
+	describe() []StateField
 }
 
 // assigner is implemented by machines that can take over the state of

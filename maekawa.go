@@ -284,7 +284,7 @@ func (m *maekawa) receive(msg Message, out *output) {
 
 // onTryAnswer records voter set[k]'s answer to our try and, once every
 // voter has answered, enters or withdraws.
-func (m *maekawa) onTryAnswer(k int, kind Kind, out *output) {
+func (m *maekawa) onTryAnswer(k int, kind MessageKind, out *output) {
 	switch {
 	case m.votes[k] != voteNone:
 		return
@@ -488,7 +488,7 @@ func (m *maekawa) idleViolation() string {
 	return ""
 }
 
-func (m *maekawa) describe() []Field {
+func (m *maekawa) describe() []StateField {
 	state := [...]string{mkIdle: "idle", mkWanting: "wanting", mkHeld: "held", mkTrying: "trying"}[m.state]
 	voteNames := [...]string{voteNone: "-", voteLocked: "locked", voteFailed: "failed", voteYielded: "yielded", voteBusy: "busy"}
 	var votes []string
@@ -517,7 +517,7 @@ func (m *maekawa) describe() []Field {
 		}
 		queue = append(queue, s)
 	}
-	return []Field{
+	return []StateField{
 		{"clock", fmt.Sprint(m.clock)},
 		{"state", state},
 		{"request", describeTS(m.state != mkIdle, m.ts)},

@@ -33,11 +33,11 @@ func release() event { return event{kind: evRelease} }
 
 // recv is the message kind from peer from to peer to about the request
 // stamped ts.
-func recv(kind Kind, from, to int, ts uint64) event {
+func recv(kind MessageKind, from, to int, ts uint64) event {
 	return event{kind: evMessage, msg: Message{Kind: kind, From: from, To: to, TS: ts}}
 }
 
-func msg(kind Kind, from, to int, ts uint64) Message {
+func msg(kind MessageKind, from, to int, ts uint64) Message {
 	return Message{Kind: kind, From: from, To: to, TS: ts}
 }
 
@@ -313,17 +313,17 @@ func TestMaekawaDescribeFollowsState(t *testing.T) {
 	}
 	shows := func(state, request string) {
 		t.Helper()
-		assert.Contains(t, m.describe(), Field{"state", state})
-		assert.Contains(t, m.describe(), Field{"request", request})
+		assert.Contains(t, m.describe(), StateField{"state", state})
+		assert.Contains(t, m.describe(), StateField{"request", request})
 	}
 	step(request())
 	shows("wanting", "ts=1")
 	step(recv(KindInquire, 1, 0, 1)) // overtook its LOCKED: kept
-	assert.Contains(t, m.describe(), Field{"votes", "[P0:locked P1:-(inquired)]"})
+	assert.Contains(t, m.describe(), StateField{"votes", "[P0:locked P1:-(inquired)]"})
 	step(recv(KindLocked, 1, 0, 1))
 	require.True(t, out.entered)
 	shows("held", "ts=1")
-	assert.Contains(t, m.describe(), Field{"votes", "[P0:locked P1:locked]"}, "inside, the RELEASE answers the INQUIRE")
+	assert.Contains(t, m.describe(), StateField{"votes", "[P0:locked P1:locked]"}, "inside, the RELEASE answers the INQUIRE")
 	step(release())
 	shows("idle", "none")
 

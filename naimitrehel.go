@@ -266,24 +266,24 @@ func (nt *naimiTrehel) appendState(b []byte) []byte {
 	return appendInts(b, nt.held)
 }
 
-func (nt *naimiTrehel) describe() []Field {
+func (nt *naimiTrehel) describe() []StateField {
 	peer := func(p int) string {
 		if p < 0 {
 			return "none"
 		}
 		return fmt.Sprintf("P%d", p)
 	}
-	fs := []Field{
+	fs := []StateField{
 		{"LAST", peer(nt.last)},
 		{"NEXT", peer(nt.next)},
 		{"token", fmt.Sprint(nt.token)},
 		{"requesting", fmt.Sprint(nt.requesting)},
 	}
 	if nt.trying {
-		fs = append(fs, Field{"try", "out"})
+		fs = append(fs, StateField{"try", "out"})
 	}
 	if len(nt.held) > 0 {
-		fs = append(fs, Field{"held back", describePeers(nt.held)})
+		fs = append(fs, StateField{"held back", describePeers(nt.held)})
 	}
 	return fs
 }

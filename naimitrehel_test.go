@@ -21,7 +21,7 @@ func newNTMachine(t testing.TB, id, n int) *naimiTrehel {
 	return m.(*naimiTrehel)
 }
 
-func ntMsg(kind Kind, from, origin int) event {
+func ntMsg(kind MessageKind, from, origin int) event {
 	return event{kind: evMessage, msg: Message{Kind: kind, From: from, Ref: uint64(origin)}}
 }
 
@@ -239,7 +239,7 @@ func TestNaimiTrehelStart(t *testing.T) {
 	}
 	nt := newNTMachine(t, 0, 3)
 	assert.True(t, nt.carriesToken(Message{Kind: KindToken}))
-	for _, k := range []Kind{KindRequest, KindTry, KindBusy} {
+	for _, k := range []MessageKind{KindRequest, KindTry, KindBusy} {
 		assert.False(t, nt.carriesToken(Message{Kind: k}), "%v", k)
 	}
 }
@@ -301,9 +301,9 @@ func TestNaimiTrehelIdleViolation(t *testing.T) {
 // TestNaimiTrehelDescribe shows every field a person needs.
 func TestNaimiTrehelDescribe(t *testing.T) {
 	x := newNTMachine(t, 1, 4)
-	assert.Equal(t, []Field{{"LAST", "P0"}, {"NEXT", "none"}, {"token", "false"}, {"requesting", "false"}}, x.describe())
+	assert.Equal(t, []StateField{{"LAST", "P0"}, {"NEXT", "none"}, {"token", "false"}, {"requesting", "false"}}, x.describe())
 	x.last, x.next, x.token, x.requesting, x.trying, x.held = -1, 2, true, true, true, []int{3}
-	assert.Equal(t, []Field{{"LAST", "none"}, {"NEXT", "P2"}, {"token", "true"}, {"requesting", "true"},
+	assert.Equal(t, []StateField{{"LAST", "none"}, {"NEXT", "P2"}, {"token", "true"}, {"requesting", "true"},
 		{"try", "out"}, {"held back", "[P3]"}}, x.describe())
 }
 

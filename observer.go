@@ -33,11 +33,11 @@ type Observer interface {
 	// Sent is called for every message peer handed to its transport, to
 	// peer to, with the error Send returned: nil when the transport took
 	// it (only those are counted in [Stats]).
-	Sent(peer, to int, kind Kind, err error)
+	Sent(peer, to int, kind MessageKind, err error)
 
 	// Received is called for every message peer took from its
 	// transport, from peer from, before the algorithm steps it.
-	Received(peer, from int, kind Kind)
+	Received(peer, from int, kind MessageKind)
 }
 
 // WithObserver has every peer report to o (see [Observer]). It applies to

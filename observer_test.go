@@ -19,15 +19,15 @@ type recorder struct {
 	acquired map[int][]time.Duration
 	released map[int][]time.Duration
 	failed   []error
-	sent     map[Kind]uint64 // accepted by the transport
+	sent     map[MessageKind]uint64 // accepted by the transport
 	sendErrs []error
-	received map[Kind]uint64
+	received map[MessageKind]uint64
 }
 
 func newRecorder() *recorder {
 	return &recorder{
 		acquired: map[int][]time.Duration{}, released: map[int][]time.Duration{},
-		sent: map[Kind]uint64{}, received: map[Kind]uint64{},
+		sent: map[MessageKind]uint64{}, received: map[MessageKind]uint64{},
 	}
 }
 
@@ -49,7 +49,7 @@ func (r *recorder) Failed(peer int, wait time.Duration, err error) {
 	r.failed = append(r.failed, err)
 }
 
-func (r *recorder) Sent(peer, to int, kind Kind, err error) {
+func (r *recorder) Sent(peer, to int, kind MessageKind, err error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if err != nil {
@@ -59,14 +59,14 @@ func (r *recorder) Sent(peer, to int, kind Kind, err error) {
 	r.sent[kind]++
 }
 
-func (r *recorder) Received(peer, from int, kind Kind) {
+func (r *recorder) Received(peer, from int, kind MessageKind) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.received[kind]++
 }
 
 // byName returns counts keyed by kind name, as Stats.ByKind is.
-func byName(m map[Kind]uint64) map[string]uint64 {
+func byName(m map[MessageKind]uint64) map[string]uint64 {
 	out := map[string]uint64{}
 	for k, v := range m {
 		out[k.String()] = v
@@ -234,7 +234,7 @@ func TestObserverSendErrors(t *testing.T) {
 	rec.mu.Lock()
 	defer rec.mu.Unlock()
 	assert.Equal(t, []error{errRefused}, rec.sendErrs, "the request to peer 2")
-	assert.Equal(t, map[Kind]uint64{KindRequest: 1}, rec.sent, "the request to peer 1")
+	assert.Equal(t, map[MessageKind]uint64{KindRequest: 1}, rec.sent, "the request to peer 1")
 	assert.Equal(t, Stats{Messages: 1, ByKind: map[string]uint64{"request": 1}}, p.Stats())
 }
 
@@ -255,11 +255,11 @@ func TestWithObserverBadUse(t *testing.T) {
 // countingObserver counts calls with atomics, as a metrics adapter would.
 type countingObserver struct{ calls atomic.Uint64 }
 
-func (o *countingObserver) Acquired(int, time.Duration)      { o.calls.Add(1) }
-func (o *countingObserver) Released(int, time.Duration)      { o.calls.Add(1) }
-func (o *countingObserver) Failed(int, time.Duration, error) { o.calls.Add(1) }
-func (o *countingObserver) Sent(int, int, Kind, error)       { o.calls.Add(1) }
-func (o *countingObserver) Received(int, int, Kind)          { o.calls.Add(1) }
+func (o *countingObserver) Acquired(int, time.Duration)       { o.calls.Add(1) }
+func (o *countingObserver) Released(int, time.Duration)       { o.calls.Add(1) }
+func (o *countingObserver) Failed(int, time.Duration, error)  { o.calls.Add(1) }
+func (o *countingObserver) Sent(int, int, MessageKind, error) { o.calls.Add(1) }
+func (o *countingObserver) Received(int, int, MessageKind)    { o.calls.Add(1) }
 
 // BenchmarkObserver is BenchmarkEntry's load=one at n=8 with an observer
 // that counts with atomics, beside none: what the hook costs when it is

@@ -483,7 +483,7 @@ func (p *Peer) Stats() Stats {
 			if s.ByKind == nil {
 				s.ByKind = make(map[string]uint64)
 			}
-			s.ByKind[Kind(k).String()] = v
+			s.ByKind[MessageKind(k).String()] = v
 			s.Messages += v
 		}
 	}

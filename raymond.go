@@ -282,12 +282,12 @@ func (r *raymond) appendState(b []byte) []byte {
 	return appendInts(b, r.queue)
 }
 
-func (r *raymond) describe() []Field {
+func (r *raymond) describe() []StateField {
 	holder := "self"
 	if r.holder != r.id {
 		holder = fmt.Sprintf("P%d", r.holder)
 	}
-	fs := []Field{
+	fs := []StateField{
 		{"HOLDER", holder},
 		{"USING", fmt.Sprint(r.using)},
 		{"ASKED", fmt.Sprint(r.asked)},
@@ -295,9 +295,9 @@ func (r *raymond) describe() []Field {
 	}
 	switch {
 	case r.tryFrom == r.id:
-		fs = append(fs, Field{"try", "own, out"})
+		fs = append(fs, StateField{"try", "own, out"})
 	case r.tryFrom >= 0:
-		fs = append(fs, Field{"try", fmt.Sprintf("from P%d, passed on", r.tryFrom)})
+		fs = append(fs, StateField{"try", fmt.Sprintf("from P%d, passed on", r.tryFrom)})
 	}
 	return fs
 }

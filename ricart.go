@@ -307,9 +307,9 @@ func (r *ricart) appendState(b []byte) []byte {
 	return b
 }
 
-func (r *ricart) describe() []Field {
+func (r *ricart) describe() []StateField {
 	state := [...]string{raReleased: "released", raWanted: "wanted", raHeld: "held"}[r.state]
-	fs := []Field{
+	fs := []StateField{
 		{"clock", fmt.Sprint(r.clock)},
 		{"state", state},
 		{"request", describeTS(r.state != raReleased, r.ts)},
@@ -317,10 +317,10 @@ func (r *ricart) describe() []Field {
 		{"deferred", describeStamps(r.deferred)},
 	}
 	if r.trying {
-		fs = append(fs, Field{"trying", "true"})
+		fs = append(fs, StateField{"trying", "true"})
 	}
 	if r.implicit {
-		fs = append(fs, Field{"latest request seen", fmt.Sprint(r.seen)})
+		fs = append(fs, StateField{"latest request seen", fmt.Sprint(r.seen)})
 	}
 	if r.recovery {
 		var sus []int
@@ -329,7 +329,7 @@ func (r *ricart) describe() []Field {
 				sus = append(sus, j)
 			}
 		}
-		fs = append(fs, Field{"suspected", describePeers(sus)})
+		fs = append(fs, StateField{"suspected", describePeers(sus)})
 	}
 	return fs
 }

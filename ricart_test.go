@@ -24,7 +24,7 @@ func raStep(r *ricart, ev event) ([]Message, bool) {
 	return append([]Message(nil), out.msgs...), out.entered
 }
 
-func raMsg(k Kind, from, to int, ts, ref uint64) event {
+func raMsg(k MessageKind, from, to int, ts, ref uint64) event {
 	return event{kind: evMessage, msg: Message{Kind: k, From: from, To: to, TS: ts, Ref: ref}}
 }
 
@@ -192,10 +192,10 @@ func TestRicartCloneAndState(t *testing.T) {
 func TestRicartDescribeHeld(t *testing.T) {
 	r := newRicartMachine(t, 0, 2)
 	raStep(r, event{kind: evRequest})
-	assert.Contains(t, r.describe(), Field{"state", "wanted"})
+	assert.Contains(t, r.describe(), StateField{"state", "wanted"})
 	_, entered := raStep(r, raMsg(KindReply, 1, 0, 1, 1))
 	require.True(t, entered)
-	assert.Contains(t, r.describe(), Field{"state", "held"})
+	assert.Contains(t, r.describe(), StateField{"state", "held"})
 }
 
 // TestRicartTryStep pins the try path at one peer: only the busy that

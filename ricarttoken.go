@@ -227,17 +227,17 @@ func (r *ricartToken) appendState(b []byte) []byte {
 	return appendBool(b, r.inside)
 }
 
-func (r *ricartToken) describe() []Field {
-	fs := []Field{
+func (r *ricartToken) describe() []StateField {
+	fs := []StateField{
 		{"request", fmt.Sprint(r.req)},
 		{"wanting", fmt.Sprint(r.wanting)},
 		{"token", fmt.Sprint(r.token != nil)},
 	}
 	if r.trying {
-		fs = append(fs, Field{"trying", "true"})
+		fs = append(fs, StateField{"trying", "true"})
 	}
 	if r.token != nil {
-		fs = append(fs, Field{"token served", fmt.Sprint(r.token.LN)})
+		fs = append(fs, StateField{"token served", fmt.Sprint(r.token.LN)})
 	}
 	return fs
 }

@@ -19,7 +19,7 @@ func newRATMachine(t testing.TB, id, n int) *ricartToken {
 	return m.(*ricartToken)
 }
 
-func ratMsg(kind Kind, from int, num uint64) event {
+func ratMsg(kind MessageKind, from int, num uint64) event {
 	return event{kind: evMessage, msg: Message{Kind: kind, From: from, TS: num}}
 }
 
@@ -274,7 +274,7 @@ func TestRicartAgrawalaTokenStart(t *testing.T) {
 	}
 	r := newRATMachine(t, 0, 3)
 	assert.True(t, r.carriesToken(Message{Kind: KindToken}))
-	for _, k := range []Kind{KindRequest, KindTry, KindBusy} {
+	for _, k := range []MessageKind{KindRequest, KindTry, KindBusy} {
 		assert.False(t, r.carriesToken(Message{Kind: k}), "%v", k)
 	}
 }
@@ -342,9 +342,9 @@ func TestRicartAgrawalaTokenIdleViolation(t *testing.T) {
 // TestRicartAgrawalaTokenDescribe shows every field a person needs.
 func TestRicartAgrawalaTokenDescribe(t *testing.T) {
 	x := newRATMachine(t, 1, 3)
-	assert.Equal(t, []Field{{"request", "[0 0 0]"}, {"wanting", "false"}, {"token", "false"}}, x.describe())
+	assert.Equal(t, []StateField{{"request", "[0 0 0]"}, {"wanting", "false"}, {"token", "false"}}, x.describe())
 	x.token, x.trying, x.wanting = &Token{LN: []uint64{1, 0, 2}}, true, true
-	assert.Equal(t, []Field{{"request", "[0 0 0]"}, {"wanting", "true"}, {"token", "true"},
+	assert.Equal(t, []StateField{{"request", "[0 0 0]"}, {"wanting", "true"}, {"token", "true"},
 		{"trying", "true"}, {"token served", "[1 0 2]"}}, x.describe())
 }
 

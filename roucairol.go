@@ -298,7 +298,7 @@ func (r *roucairol) appendState(b []byte) []byte {
 	return appendUints(b, r.deferred)
 }
 
-func (r *roucairol) describe() []Field {
+func (r *roucairol) describe() []StateField {
 	state := [...]string{raReleased: "released", raWanted: "wanted", raHeld: "held"}[r.state]
 	var held, asked []int
 	for j := range r.n {
@@ -309,7 +309,7 @@ func (r *roucairol) describe() []Field {
 			asked = append(asked, j)
 		}
 	}
-	fs := []Field{
+	fs := []StateField{
 		{"clock", fmt.Sprint(r.clock)},
 		{"state", state},
 		{"request", describeTS(r.ts != 0, r.ts)},
@@ -318,7 +318,7 @@ func (r *roucairol) describe() []Field {
 		{"held requests", describeStamps(r.deferred)},
 	}
 	if r.trying {
-		fs = append(fs, Field{"trying", "true"})
+		fs = append(fs, StateField{"trying", "true"})
 	}
 	return fs
 }

@@ -25,7 +25,7 @@ func rcStep(r *roucairol, ev event) (msgs []Message, entered, refused bool) {
 	return append([]Message(nil), out.msgs...), out.entered, out.refused
 }
 
-func rcMsg(k Kind, from, to int, ts, ref uint64) event {
+func rcMsg(k MessageKind, from, to int, ts, ref uint64) event {
 	return event{kind: evMessage, msg: Message{Kind: k, From: from, To: to, TS: ts, Ref: ref}}
 }
 
@@ -203,7 +203,7 @@ func TestRoucairolTryStep(t *testing.T) {
 		_, _, refused := rcStep(r, rcMsg(KindBusy, 0, 2, 1, 1))
 		require.True(t, refused)
 		assert.Equal(t, []bool{false, true, false}, r.asked, "1 has not answered")
-		assert.Contains(t, r.describe(), Field{"request", "none"}, "the refused try is over")
+		assert.Contains(t, r.describe(), StateField{"request", "none"}, "the refused try is over")
 		msgs, _, _ = rcStep(r, event{kind: evTry}) // ts 2
 		assert.Equal(t, []Message{{Kind: KindTry, From: 2, To: 0, TS: 2}}, msgs, "1's answer to the first try will do")
 		msgs, _, refused = rcStep(r, rcMsg(KindBusy, 1, 2, 1, 1))
@@ -299,7 +299,7 @@ func TestRoucairolDescribe(t *testing.T) {
 	r := newRoucairolMachine(t, 1, 3)
 	rcStep(r, event{kind: evTry})
 	rcStep(r, rcMsg(KindRequest, 2, 1, 3, 0))
-	assert.Equal(t, []Field{
+	assert.Equal(t, []StateField{
 		{"clock", "3"},
 		{"state", "wanted"},
 		{"request", "ts=1"},
@@ -309,8 +309,8 @@ func TestRoucairolDescribe(t *testing.T) {
 		{"trying", "true"},
 	}, r.describe())
 	rcStep(r, rcMsg(KindReply, 0, 1, 3, 1))
-	assert.Contains(t, r.describe(), Field{"state", "held"})
-	assert.NotContains(t, r.describe(), Field{"trying", "true"})
+	assert.Contains(t, r.describe(), StateField{"state", "held"})
+	assert.NotContains(t, r.describe(), StateField{"trying", "true"})
 }
 
 // TestRoucairolIdleViolation pins what a peer at rest must not keep.

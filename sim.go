@@ -172,7 +172,7 @@ func (sc SimConfig) apply(c *config) error {
 	return nil
 }
 
-// An EventKind says what an Event records.
+// An EventKind says what a TraceEvent records.
 type EventKind uint8
 
 // The event kinds.
@@ -218,8 +218,9 @@ func (k EventKind) String() string {
 	return fmt.Sprintf("EventKind(%d)", uint8(k))
 }
 
-// An Event is one thing that happened in a Simulation.
-type Event struct {
+// A TraceEvent is one thing that happened in a Simulation or a World, as
+// their trace records it (Simulation.Events, World.Events).
+type TraceEvent struct {
 	Step   int       // the scheduling step it happened in; 0 for calls before the first step
 	Kind   EventKind // what happened
 	Peer   int       // the peer that requested, sent, received, entered, left or crashed, or a lost message's addressee; -1 for EventPartition and EventHeal
@@ -231,7 +232,7 @@ type Event struct {
 
 // String formats e as one line of the event log, such as
 // "   3 P1 receive m2 request P0->P1 ts=1".
-func (e Event) String() string {
+func (e TraceEvent) String() string {
 	switch e.Kind {
 	case EventSend, EventReceive, EventLost:
 		return fmt.Sprintf("%4d P%d %v m%d %s", e.Step, e.Peer, e.Kind, e.Seq, formatMessage(e.Msg, true))
@@ -533,4 +534,4 @@ func (s *Simulation) Stats() Stats { return s.w.Stats() }
 
 // Events returns what has happened so far, in order; nil under
 // SimConfig.NoTrace. The slice is the caller's.
-func (s *Simulation) Events() []Event { return s.w.Events() }
+func (s *Simulation) Events() []TraceEvent { return s.w.Events() }

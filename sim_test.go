@@ -585,9 +585,9 @@ func TestLongRandomRuns(t *testing.T) {
 }
 
 func TestEventString(t *testing.T) {
-	e := Event{Step: 12, Kind: EventReceive, Peer: 2, Seq: 7, Msg: Message{Kind: KindToken, From: 1, To: 2, TS: 3, Token: &Token{LN: []uint64{1, 0, 2}, Queue: []int{0}}}}
+	e := TraceEvent{Step: 12, Kind: EventReceive, Peer: 2, Seq: 7, Msg: Message{Kind: KindToken, From: 1, To: 2, TS: 3, Token: &Token{LN: []uint64{1, 0, 2}, Queue: []int{0}}}}
 	assert.Equal(t, "  12 P2 receive m7 token P1->P2 ts=3 LN=[1 0 2] Q=[0]", e.String())
-	assert.Equal(t, "   3 P0 leave", Event{Step: 3, Kind: EventLeave}.String())
+	assert.Equal(t, "   3 P0 leave", TraceEvent{Step: 3, Kind: EventLeave}.String())
 }
 
 // circler is a machine that, once asked, keeps a message circling the

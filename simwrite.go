@@ -11,7 +11,7 @@ import (
 var errNoTrace = errors.New("dmutex: simulation has no trace (built with SimConfig.NoTrace)")
 
 // WriteLog writes the events so far as a plain log, one line per event in
-// the form of Event.String: the step, the peer, what it did and, for
+// the form of TraceEvent.String: the step, the peer, what it did and, for
 // messages, the serial number, kind, ends and timestamps. Two runs with
 // the same configuration, seed and calls write the same bytes.
 func (s *Simulation) WriteLog(w io.Writer) error { return s.w.WriteLog(w) }

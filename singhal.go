@@ -402,20 +402,20 @@ func (s *singhal) appendState(b []byte) []byte {
 	return appendBool(b, s.trying)
 }
 
-func (s *singhal) describe() []Field {
+func (s *singhal) describe() []StateField {
 	var sv strings.Builder
 	for _, st := range s.sv {
 		sv.WriteString(shNames[st])
 	}
-	fs := []Field{
+	fs := []StateField{
 		{"SV", sv.String()},
 		{"SN", fmt.Sprint(s.sn)},
 	}
 	if s.trying {
-		fs = append(fs, Field{"try", "out"})
+		fs = append(fs, StateField{"try", "out"})
 	}
 	if s.token != nil {
-		fs = append(fs, Field{"TSV", describePeers(s.token.Queue)}, Field{"TSN", fmt.Sprint(s.token.LN)})
+		fs = append(fs, StateField{"TSV", describePeers(s.token.Queue)}, StateField{"TSN", fmt.Sprint(s.token.LN)})
 	}
 	return fs
 }

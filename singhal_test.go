@@ -36,7 +36,7 @@ func setSHVector(s *singhal, v string) {
 	}
 }
 
-func shMsg(kind Kind, from int, num uint64) event {
+func shMsg(kind MessageKind, from int, num uint64) event {
 	return event{kind: evMessage, msg: Message{Kind: kind, From: from, TS: num}}
 }
 
@@ -404,7 +404,7 @@ func TestSinghalHeuristicStart(t *testing.T) {
 	}
 	s := newSHMachine(t, 0, 3)
 	assert.True(t, s.carriesToken(Message{Kind: KindToken}))
-	for _, k := range []Kind{KindRequest, KindTry, KindBusy} {
+	for _, k := range []MessageKind{KindRequest, KindTry, KindBusy} {
 		assert.False(t, s.carriesToken(Message{Kind: k}), "%v", k)
 	}
 }
@@ -478,10 +478,10 @@ func TestSinghalHeuristicIdleViolation(t *testing.T) {
 // TestSinghalHeuristicDescribe shows every field a person needs.
 func TestSinghalHeuristicDescribe(t *testing.T) {
 	x := newSHMachine(t, 2, 3)
-	assert.Equal(t, []Field{{"SV", "RRN"}, {"SN", "[0 0 0]"}}, x.describe())
+	assert.Equal(t, []StateField{{"SV", "RRN"}, {"SN", "[0 0 0]"}}, x.describe())
 	x.trying = true
 	x.token = &Token{LN: []uint64{1, 0, 2}, Queue: []int{0, 1}}
-	assert.Equal(t, []Field{{"SV", "RRN"}, {"SN", "[0 0 0]"}, {"try", "out"},
+	assert.Equal(t, []StateField{{"SV", "RRN"}, {"SN", "[0 0 0]"}, {"try", "out"},
 		{"TSV", "[P0 P1]"}, {"TSN", "[1 0 2]"}}, x.describe())
 }
 

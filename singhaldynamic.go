@@ -329,7 +329,7 @@ func (s *singhalDynamic) appendState(b []byte) []byte {
 	return appendUints(b, s.iset)
 }
 
-func (s *singhalDynamic) describe() []Field {
+func (s *singhalDynamic) describe() []StateField {
 	state := [...]string{raReleased: "released", raWanted: "requesting", raHeld: "executing"}[s.state]
 	var r, asked, inform []int
 	for j := range s.n {
@@ -343,7 +343,7 @@ func (s *singhalDynamic) describe() []Field {
 			inform = append(inform, j)
 		}
 	}
-	fs := []Field{
+	fs := []StateField{
 		{"clock", fmt.Sprint(s.clock)},
 		{"state", state},
 		{"request", describeTS(s.ts != 0, s.ts)},
@@ -352,7 +352,7 @@ func (s *singhalDynamic) describe() []Field {
 		{"asked", describePeers(asked)},
 	}
 	if s.trying {
-		fs = append(fs, Field{"trying", "true"})
+		fs = append(fs, StateField{"trying", "true"})
 	}
 	return fs
 }

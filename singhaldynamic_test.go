@@ -26,7 +26,7 @@ func sdStep(s *singhalDynamic, ev event) (msgs []Message, entered, refused bool)
 	return append([]Message(nil), out.msgs...), out.entered, out.refused
 }
 
-func sdMsg(k Kind, from, to int, ts, ref uint64) event {
+func sdMsg(k MessageKind, from, to int, ts, ref uint64) event {
 	return event{kind: evMessage, msg: Message{Kind: k, From: from, To: to, TS: ts, Ref: ref}}
 }
 
@@ -238,7 +238,7 @@ func TestSinghalDynamicTryStep(t *testing.T) {
 		_, _, refused := sdStep(s, sdMsg(KindBusy, 0, 2, 1, 1))
 		require.True(t, refused)
 		assert.Equal(t, []bool{false, true, false}, s.asked, "1 has not answered")
-		assert.Contains(t, s.describe(), Field{"request", "none"}, "the refused try is over")
+		assert.Contains(t, s.describe(), StateField{"request", "none"}, "the refused try is over")
 		msgs, _, _ = sdStep(s, event{kind: evTry}) // ts 2
 		assert.Equal(t, []Message{{Kind: KindTry, From: 2, To: 0, TS: 2}}, msgs, "1's answer to the first try will do")
 		msgs, _, refused = sdStep(s, sdMsg(KindBusy, 1, 2, 1, 1))
@@ -336,7 +336,7 @@ func TestSinghalDynamicDescribe(t *testing.T) {
 	s := newSinghalDynamicMachine(t, 1, 3)
 	sdStep(s, event{kind: evTry})
 	sdStep(s, sdMsg(KindRequest, 2, 1, 3, 0))
-	assert.Equal(t, []Field{
+	assert.Equal(t, []StateField{
 		{"clock", "3"},
 		{"state", "requesting"},
 		{"request", "ts=1"},
@@ -346,9 +346,9 @@ func TestSinghalDynamicDescribe(t *testing.T) {
 		{"trying", "true"},
 	}, s.describe())
 	sdStep(s, sdMsg(KindReply, 0, 1, 3, 1))
-	assert.Contains(t, s.describe(), Field{"state", "executing"})
-	assert.Contains(t, s.describe(), Field{"request set", "[]"})
-	assert.NotContains(t, s.describe(), Field{"trying", "true"})
+	assert.Contains(t, s.describe(), StateField{"state", "executing"})
+	assert.Contains(t, s.describe(), StateField{"request set", "[]"})
+	assert.NotContains(t, s.describe(), StateField{"trying", "true"})
 }
 
 // TestSinghalDynamicIdleViolation pins what a peer at rest must not keep.

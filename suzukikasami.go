@@ -683,20 +683,20 @@ func (s *suzukiKasami) appendState(b []byte) []byte {
 	return b
 }
 
-func (s *suzukiKasami) describe() []Field {
-	fs := []Field{
+func (s *suzukiKasami) describe() []StateField {
+	fs := []StateField{
 		{"RN", fmt.Sprint(s.rn)},
 		{"wanting", fmt.Sprint(s.wanting)},
 		{"token", fmt.Sprint(s.token != nil)},
 	}
 	if s.trying {
-		fs = append(fs, Field{"trying", "true"})
+		fs = append(fs, StateField{"trying", "true"})
 	}
 	if slices.Contains(s.tries, true) {
-		fs = append(fs, Field{"tries", fmt.Sprint(s.tries)})
+		fs = append(fs, StateField{"tries", fmt.Sprint(s.tries)})
 	}
 	if s.token != nil {
-		fs = append(fs, Field{"LN", fmt.Sprint(s.token.LN)}, Field{"token queue", describePeers(s.token.Queue)})
+		fs = append(fs, StateField{"LN", fmt.Sprint(s.token.LN)}, StateField{"token queue", describePeers(s.token.Queue)})
 	}
 	if s.recovery {
 		var sus []int
@@ -705,12 +705,12 @@ func (s *suzukiKasami) describe() []Field {
 				sus = append(sus, j)
 			}
 		}
-		fs = append(fs, Field{"epoch", fmt.Sprint(s.epoch)}, Field{"suspected", describePeers(sus)})
+		fs = append(fs, StateField{"epoch", fmt.Sprint(s.epoch)}, StateField{"suspected", describePeers(sus)})
 		if s.owe {
-			fs = append(fs, Field{"status owed", "true"})
+			fs = append(fs, StateField{"status owed", "true"})
 		}
 		if s.collecting {
-			fs = append(fs, Field{"statuses in", fmt.Sprint(s.reported)})
+			fs = append(fs, StateField{"statuses in", fmt.Sprint(s.reported)})
 		}
 	}
 	return fs

@@ -93,7 +93,7 @@ type timedEvent struct {
 	ser  uint64
 	kind timedKind
 	peer int
-	msg  InFlight
+	msg  InFlightMessage
 }
 
 type timedQueue []timedEvent

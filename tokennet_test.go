@@ -281,7 +281,7 @@ func newTokTransport(inner Transport, books *tokenBooks, id int) *tokTransport {
 
 // isTokenKind reports whether messages of kind k carry the token of one
 // of the token algorithms this test drives.
-func isTokenKind(k Kind) bool { return k == KindToken || k == KindPrivilege }
+func isTokenKind(k MessageKind) bool { return k == KindToken || k == KindPrivilege }
 
 func (c *tokTransport) Send(to int, m Message) error {
 	if isTokenKind(m.Kind) {

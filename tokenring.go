@@ -247,14 +247,14 @@ func (r *tokenRing) appendState(b []byte) []byte {
 	return appendBool(b, r.woken)
 }
 
-func (r *tokenRing) describe() []Field {
-	fs := []Field{{"token", fmt.Sprint(r.hold)}, {"wanting", fmt.Sprint(r.wanting)}}
+func (r *tokenRing) describe() []StateField {
+	fs := []StateField{{"token", fmt.Sprint(r.hold)}, {"wanting", fmt.Sprint(r.wanting)}}
 	if r.trying {
-		fs = append(fs, Field{"trying", "true"})
+		fs = append(fs, StateField{"trying", "true"})
 	}
 	if r.hold {
-		return append(fs, Field{"arrived at hop", fmt.Sprint(r.hop)})
+		return append(fs, StateField{"arrived at hop", fmt.Sprint(r.hop)})
 	}
-	return append(fs, Field{"next visit at hop", fmt.Sprint(r.next)}, Field{"rests at hop", fmt.Sprint(r.rest)},
-		Field{"woken", fmt.Sprint(r.woken)})
+	return append(fs, StateField{"next visit at hop", fmt.Sprint(r.next)}, StateField{"rests at hop", fmt.Sprint(r.rest)},
+		StateField{"woken", fmt.Sprint(r.woken)})
 }

@@ -275,7 +275,7 @@ func TestMaekawaTryIsNotInquired(t *testing.T) {
 	assert.Equal(t, KindLocked, out.msgs[0].Kind)
 	out.reset()
 	m.step(event{kind: evMessage, msg: Message{Kind: KindRequest, From: 2, To: 0, TS: 1, Ref: 1}}, &out)
-	var kinds []Kind
+	var kinds []MessageKind
 	for _, msg := range out.msgs {
 		kinds = append(kinds, msg.Kind)
 	}

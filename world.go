@@ -76,9 +76,9 @@ type World struct {
 	entries uint64
 	sent    [numKinds]uint64
 
-	trace  bool    // record events
-	events []Event // recorded while trace is set
-	mark   int     // len(events) when the current Apply began
+	trace  bool         // record events
+	events []TraceEvent // recorded while trace is set
+	mark   int          // len(events) when the current Apply began
 
 	out         output // scratch for machine steps; never shared by clones
 	acts        uint64 // machine steps taken
@@ -113,9 +113,9 @@ const (
 	orderCoordinator                  // order of arrival of the requests at the coordinator
 )
 
-// A Field is one labelled part of a machine's state, for people: "clock"
+// A StateField is one labelled part of a machine's state, for people: "clock"
 // and "3", or "queue" and "[(1,0) (2,2)]".
-type Field struct {
+type StateField struct {
 	Name  string
 	Value string
 }
@@ -145,8 +145,8 @@ func (ps PeerStatus) State() string {
 	return "idle"
 }
 
-// InFlight is a message in flight and its serial number.
-type InFlight struct {
+// InFlightMessage is a message in flight and its serial number.
+type InFlightMessage struct {
 	Seq uint64
 	Msg Message
 }
@@ -468,7 +468,7 @@ func (w *World) Peer(p int) PeerStatus {
 }
 
 // Describe returns peer p's machine state for people; p must be in range.
-func (w *World) Describe(p int) []Field {
+func (w *World) Describe(p int) []StateField {
 	if d, ok := w.ms[p].(describer); ok {
 		return d.describe()
 	}
@@ -476,11 +476,11 @@ func (w *World) Describe(p int) []Field {
 }
 
 // Messages returns the messages in flight, in order of sending.
-func (w *World) Messages() []InFlight {
-	var all []InFlight
+func (w *World) Messages() []InFlightMessage {
+	var all []InFlightMessage
 	add := func(es []envelope) {
 		for _, e := range es {
-			all = append(all, InFlight{Seq: e.seq, Msg: traced(e.m)})
+			all = append(all, InFlightMessage{Seq: e.seq, Msg: traced(e.m)})
 		}
 	}
 	if w.queues != nil {
@@ -490,7 +490,7 @@ func (w *World) Messages() []InFlight {
 	} else {
 		add(w.bag)
 	}
-	slices.SortFunc(all, func(a, b InFlight) int { return cmp.Compare(a.Seq, b.Seq) })
+	slices.SortFunc(all, func(a, b InFlightMessage) int { return cmp.Compare(a.Seq, b.Seq) })
 	return all
 }
 
@@ -503,7 +503,7 @@ func (w *World) Stats() Stats {
 			if st.ByKind == nil {
 				st.ByKind = make(map[string]uint64)
 			}
-			st.ByKind[Kind(k).String()] = v
+			st.ByKind[MessageKind(k).String()] = v
 			st.Messages += v
 		}
 	}
@@ -512,14 +512,14 @@ func (w *World) Stats() Stats {
 
 // Events returns what has happened so far, in order; nil under
 // WorldConfig.NoTrace. The slice is the caller's.
-func (w *World) Events() []Event {
+func (w *World) Events() []TraceEvent {
 	if !w.trace {
 		return nil
 	}
 	return slices.Clone(w.events)
 }
 
-func (w *World) record(e Event) {
+func (w *World) record(e TraceEvent) {
 	if !w.trace {
 		return
 	}

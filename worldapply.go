@@ -102,15 +102,15 @@ func (t Transition) String() string {
 	return fmt.Sprintf("Transition(%d)", uint8(t.Kind))
 }
 
-// A Step is what one Apply did: the transition taken, the peer whose
+// A StepResult is what one Apply did: the transition taken, the peer whose
 // machine entered in it (or -1; also when the entry broke a promise, so
 // that the trace of a safety violation shows who went in), whether the try of the transition's peer was
 // refused in it, and, when the world records a trace, its events.
-type Step struct {
+type StepResult struct {
 	Transition Transition
 	Entered    int
 	Refused    bool
-	Events     []Event
+	Events     []TraceEvent
 
 	// Write, for a TransWrite: the fence written with and whether the
 	// store accepted it.
@@ -121,7 +121,7 @@ type Step struct {
 }
 
 // String describes the step, such as "P1 receives reply P0->P1, enters".
-func (s Step) String() string {
+func (s StepResult) String() string {
 	if s.Transition.Kind == TransWrite {
 		if s.Accepted {
 			return fmt.Sprintf("%v with fence %s, accepted", s.Transition, formatFence(s.Fence))
@@ -309,22 +309,22 @@ func (w *World) Find(id string) (Transition, bool) {
 // Transitions, or equal to one of them), and returns what it did. An error
 // wraps ErrViolation when the step broke a promise, and ErrInvalidConfig
 // when t is not enabled; the world is unchanged in that case.
-func (w *World) Apply(t Transition) (Step, error) {
+func (w *World) Apply(t Transition) (StepResult, error) {
 	if w.err != nil {
-		return Step{Entered: -1}, w.err
+		return StepResult{Entered: -1}, w.err
 	}
 	if !w.enabled(t) {
-		return Step{Entered: -1}, fmt.Errorf("%w: transition %s (%v) is not enabled", ErrInvalidConfig, t.ID(), t)
+		return StepResult{Entered: -1}, fmt.Errorf("%w: transition %s (%v) is not enabled", ErrInvalidConfig, t.ID(), t)
 	}
 	return w.apply(t)
 }
 
 // apply is Apply for a transition known to be enabled.
-func (w *World) apply(t Transition) (Step, error) {
+func (w *World) apply(t Transition) (StepResult, error) {
 	w.step++
 	w.mark = len(w.events)
 	w.soft = nil
-	var wr Step
+	var wr StepResult
 	switch t.Kind {
 	case TransWrite:
 		wr = w.write(t.Peer)
@@ -360,7 +360,7 @@ func (w *World) apply(t Transition) (Step, error) {
 		w.f.healLeft--
 		group := w.f.group
 		w.f.group = nil
-		w.record(Event{Kind: EventHeal, Peer: -1})
+		w.record(TraceEvent{Kind: EventHeal, Peer: -1})
 		// Each live peer hears that the peers it was cut off from and
 		// does not suspect are back, as the runtime's watcher sees a
 		// link come back; a suspected one is trusted in a step of its
@@ -378,19 +378,19 @@ func (w *World) apply(t Transition) (Step, error) {
 			w.f.falseLeft--
 		}
 		w.f.suspects |= 1 << uint(t.Peer*w.n+t.Target)
-		w.record(Event{Kind: EventSuspect, Peer: t.Peer, Target: t.Target})
+		w.record(TraceEvent{Kind: EventSuspect, Peer: t.Peer, Target: t.Target})
 		d, h := w.drive(t.Peer)
 		d.suspect(h, &w.out, t.Target, true)
 	case TransTrust:
 		w.f.suspects &^= 1 << uint(t.Peer*w.n+t.Target)
-		w.record(Event{Kind: EventTrust, Peer: t.Peer, Target: t.Target})
+		w.record(TraceEvent{Kind: EventTrust, Peer: t.Peer, Target: t.Target})
 		d, h := w.drive(t.Peer)
 		d.suspect(h, &w.out, t.Target, false)
 	}
 	if w.err == nil {
 		w.err = w.checkTokens()
 	}
-	st := Step{Transition: t, Entered: -1, Refused: w.refusedAt == w.step, Fence: wr.Fence, Accepted: wr.Accepted, overlap: w.soft}
+	st := StepResult{Transition: t, Entered: -1, Refused: w.refusedAt == w.step, Fence: wr.Fence, Accepted: wr.Accepted, overlap: w.soft}
 	if w.enteredAt == w.step {
 		st.Entered = w.enteredBy
 	}
@@ -485,7 +485,7 @@ func (w *World) Cancel(peer int) error {
 		return fmt.Errorf("%w: cancel at peer %d, where nobody waits", ErrInvalidConfig, peer)
 	}
 	d.cancel(d.waiting == 1 && d.tryCaller)
-	w.record(Event{Kind: EventCancel, Peer: peer})
+	w.record(TraceEvent{Kind: EventCancel, Peer: peer})
 	return nil
 }
 
@@ -529,7 +529,7 @@ func (h *worldHost) asked(try bool) {
 	if try {
 		kind = EventTry
 	}
-	w.record(Event{Kind: kind, Peer: peer})
+	w.record(TraceEvent{Kind: kind, Peer: peer})
 	if w.order == orderCoordinator && peer == w.coordinator() {
 		w.arrivals = append(slices.Clip(w.arrivals), peer)
 	}
@@ -539,7 +539,7 @@ func (h *worldHost) tryRefused(bool) {
 	w, peer := (*World)(h), h.hostPeer
 	w.idle = 0
 	w.refusedAt = w.step
-	w.record(Event{Kind: EventRefused, Peer: peer})
+	w.record(TraceEvent{Kind: EventRefused, Peer: peer})
 	if i := slices.Index(w.arrivals, peer); i >= 0 {
 		w.arrivals = slices.Delete(slices.Clone(w.arrivals), i, i+1)
 	}
@@ -559,7 +559,7 @@ func (h *worldHost) left() {
 	w, peer := (*World)(h), h.hostPeer
 	w.inside = slices.DeleteFunc(w.inside, func(q int) bool { return q == peer })
 	w.idle = 0
-	w.record(Event{Kind: EventLeave, Peer: peer})
+	w.record(TraceEvent{Kind: EventLeave, Peer: peer})
 }
 
 // deliver hands e, just taken from the network, to its receiver.
@@ -569,7 +569,7 @@ func (w *World) deliver(e envelope) {
 	}
 	to := e.m.To
 	if w.trace {
-		w.record(Event{Kind: EventReceive, Peer: to, Seq: e.seq, Msg: traced(e.m)})
+		w.record(TraceEvent{Kind: EventReceive, Peer: to, Seq: e.seq, Msg: traced(e.m)})
 	}
 	w.idle++
 	atCoordinator := w.order == orderCoordinator && to == w.coordinator()
@@ -639,7 +639,7 @@ func (h *worldHost) entered(forCaller bool) {
 		w.entries++
 	}
 	w.idle = 0
-	w.record(Event{Kind: EventEnter, Peer: peer})
+	w.record(TraceEvent{Kind: EventEnter, Peer: peer})
 }
 
 // leave has peer, inside, leave the critical section.

@@ -23,16 +23,16 @@ type worldFaults struct {
 	deadInside []int      // peers that crashed inside the critical section
 
 	// Faults a checker may inject, as transitions.
-	crashLeft int     // crashes still allowed
-	crashOnly uint64  // the peers that may crash (peer p is bit 1<<p); 0 for any
-	crashIn   bool    // a peer may crash only inside the critical section
-	crashWait bool    // a peer may crash only while its request waits
-	loseLeft  int     // losses of a message in flight still allowed
-	loseKind  Kind    // the kind that may be lost; 0 for any
-	partLeft  int     // partitions still allowed
-	partInto  [][]int // the groups such a partition cuts the network into
-	healLeft  int     // heals still allowed, once partitioned
-	parted    bool    // a partition transition was taken
+	crashLeft int         // crashes still allowed
+	crashOnly uint64      // the peers that may crash (peer p is bit 1<<p); 0 for any
+	crashIn   bool        // a peer may crash only inside the critical section
+	crashWait bool        // a peer may crash only while its request waits
+	loseLeft  int         // losses of a message in flight still allowed
+	loseKind  MessageKind // the kind that may be lost; 0 for any
+	partLeft  int         // partitions still allowed
+	partInto  [][]int     // the groups such a partition cuts the network into
+	healLeft  int         // heals still allowed, once partitioned
+	parted    bool        // a partition transition was taken
 
 	// The failure detector a checker models (CheckConfig.Detector):
 	// suspects has bit i*n+j set while peer i suspects peer j, and
@@ -86,7 +86,7 @@ func (w *World) lose(e envelope) {
 	}
 	w.f.lost++
 	if w.trace {
-		w.record(Event{Kind: EventLost, Peer: e.m.To, Seq: e.seq, Msg: traced(e.m)})
+		w.record(TraceEvent{Kind: EventLost, Peer: e.m.To, Seq: e.seq, Msg: traced(e.m)})
 	}
 }
 
@@ -99,7 +99,7 @@ func (w *World) crash(peer int) {
 	crashed[peer] = true
 	w.f.crashed = crashed
 	w.f.armed = true
-	w.record(Event{Kind: EventCrash, Peer: peer})
+	w.record(TraceEvent{Kind: EventCrash, Peer: peer})
 	p := &w.peers[peer]
 	if p.d.inside {
 		w.inside = slices.DeleteFunc(w.inside, func(q int) bool { return q == peer })
@@ -145,7 +145,7 @@ func (w *World) partition(groups [][]int) error {
 	resolved = slices.DeleteFunc(resolved, func(g []int) bool { return len(g) == 0 })
 	w.f.group = group
 	w.f.armed = true
-	w.record(Event{Kind: EventPartition, Peer: -1, Groups: resolved})
+	w.record(TraceEvent{Kind: EventPartition, Peer: -1, Groups: resolved})
 	w.purge(func(from, to int) bool { return group[from] != group[to] })
 	w.err = w.checkTokens()
 	return w.err
@@ -189,7 +189,7 @@ func (w *World) Heal() {
 		return
 	}
 	w.f.group = nil
-	w.record(Event{Kind: EventHeal, Peer: -1})
+	w.record(TraceEvent{Kind: EventHeal, Peer: -1})
 }
 
 // DropNext makes the world lose the next count messages for which match
@@ -219,16 +219,16 @@ func (w *World) Dropped() uint64 { return w.f.lost }
 // Apply does. A world without a failure detector, a peer or target out of
 // range or crashed, a peer that is its target, and a target already
 // suspected are errors wrapping ErrInvalidConfig, and change nothing.
-func (w *World) Suspect(peer, target int) (Step, error) {
+func (w *World) Suspect(peer, target int) (StepResult, error) {
 	switch {
 	case w.err != nil:
-		return Step{Entered: -1}, w.err
+		return StepResult{Entered: -1}, w.err
 	case w.f.detector == DetectorNone:
-		return Step{Entered: -1}, fmt.Errorf("%w: suspicion of peer %d by peer %d in a world without a failure detector", ErrInvalidConfig, target, peer)
+		return StepResult{Entered: -1}, fmt.Errorf("%w: suspicion of peer %d by peer %d in a world without a failure detector", ErrInvalidConfig, target, peer)
 	case peer < 0 || peer >= w.n || target < 0 || target >= w.n || peer == target:
-		return Step{Entered: -1}, fmt.Errorf("%w: suspicion of peer %d by peer %d: want two peers in range [0, %d)", ErrInvalidConfig, target, peer, w.n)
+		return StepResult{Entered: -1}, fmt.Errorf("%w: suspicion of peer %d by peer %d: want two peers in range [0, %d)", ErrInvalidConfig, target, peer, w.n)
 	case w.isCrashed(peer) || w.isCrashed(target) || w.suspects(peer, target):
-		return Step{Entered: -1}, fmt.Errorf("%w: suspicion of peer %d by peer %d: want two live peers, the second trusted by the first", ErrInvalidConfig, target, peer)
+		return StepResult{Entered: -1}, fmt.Errorf("%w: suspicion of peer %d by peer %d: want two live peers, the second trusted by the first", ErrInvalidConfig, target, peer)
 	}
 	return w.apply(Transition{Kind: TransSuspect, Peer: peer, Target: target})
 }

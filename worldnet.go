@@ -108,7 +108,7 @@ func (w *World) send(peer int, m Message) {
 		w.inFlight++
 	}
 	if w.trace {
-		w.record(Event{Kind: EventSend, Peer: peer, Seq: e.seq, Msg: traced(m)})
+		w.record(TraceEvent{Kind: EventSend, Peer: peer, Seq: e.seq, Msg: traced(m)})
 	}
 	if w.f.armed && w.lostOnSend(m) {
 		w.lose(e)

@@ -42,11 +42,11 @@ func (s *checkStore) clone() *checkStore {
 // hold. The store accepts it if the fence is at least the highest it has
 // accepted; fenced safety breaks if it accepts a write of a hold that
 // another hold has written after.
-func (w *World) write(peer int) Step {
+func (w *World) write(peer int) StepResult {
 	s := w.store
 	s.writes[peer]++
 	f := w.peers[peer].d.holdFence
-	st := Step{Fence: f}
+	st := StepResult{Fence: f}
 	if f < s.hi || f == 0 {
 		return st
 	}

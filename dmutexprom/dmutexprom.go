@@ -200,7 +200,7 @@ func (m *Metrics) Failed(peer int, _ time.Duration, err error) {
 
 // Sent counts a message sent, or refused by the transport if err is not
 // nil.
-func (m *Metrics) Sent(peer, _ int, kind dmutex.Kind, err error) {
+func (m *Metrics) Sent(peer, _ int, kind dmutex.MessageKind, err error) {
 	if err != nil {
 		m.count(peer, kind, refused)
 		return
@@ -209,13 +209,13 @@ func (m *Metrics) Sent(peer, _ int, kind dmutex.Kind, err error) {
 }
 
 // Received counts a message received.
-func (m *Metrics) Received(peer, _ int, kind dmutex.Kind) {
+func (m *Metrics) Received(peer, _ int, kind dmutex.MessageKind) {
 	m.count(peer, kind, received)
 }
 
 // count increments peer's counter of kind in direction d. Once the
 // counter exists, that is two atomic loads and an add.
-func (m *Metrics) count(peer int, kind dmutex.Kind, d direction) {
+func (m *Metrics) count(peer int, kind dmutex.MessageKind, d direction) {
 	if int(kind) >= kindSlots {
 		m.child(peer, kind, d).Inc()
 		return
@@ -239,7 +239,7 @@ func (m *Metrics) count(peer int, kind dmutex.Kind, d direction) {
 }
 
 // child returns the vector's counter for peer, kind and d.
-func (m *Metrics) child(peer int, kind dmutex.Kind, d direction) prometheus.Counter {
+func (m *Metrics) child(peer int, kind dmutex.MessageKind, d direction) prometheus.Counter {
 	id := strconv.Itoa(peer)
 	switch d {
 	case sent:

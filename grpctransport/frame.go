@@ -69,7 +69,7 @@ func fromWire(w *wirepb.Message, from, to, n int) (dmutex.Message, error) {
 	if w == nil {
 		return dmutex.Message{}, fmt.Errorf("%w: no message", errFrame)
 	}
-	k := dmutex.Kind(w.GetKind())
+	k := dmutex.MessageKind(w.GetKind())
 	if w.GetKind() < 0 || w.GetKind() > 255 || !k.Valid() {
 		return dmutex.Message{}, fmt.Errorf("%w: unknown kind %d", errFrame, w.GetKind())
 	}

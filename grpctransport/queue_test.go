@@ -58,11 +58,11 @@ type errRecorder struct {
 	errs []error
 }
 
-func (r *errRecorder) Acquired(int, time.Duration)      {}
-func (r *errRecorder) Released(int, time.Duration)      {}
-func (r *errRecorder) Failed(int, time.Duration, error) {}
-func (r *errRecorder) Received(int, int, dmutex.Kind)   {}
-func (r *errRecorder) Sent(_, _ int, _ dmutex.Kind, err error) {
+func (r *errRecorder) Acquired(int, time.Duration)           {}
+func (r *errRecorder) Released(int, time.Duration)           {}
+func (r *errRecorder) Failed(int, time.Duration, error)      {}
+func (r *errRecorder) Received(int, int, dmutex.MessageKind) {}
+func (r *errRecorder) Sent(_, _ int, _ dmutex.MessageKind, err error) {
 	if err != nil {
 		r.mu.Lock()
 		r.errs = append(r.errs, err)

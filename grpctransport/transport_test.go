@@ -505,7 +505,7 @@ func TestMalformedFrames(t *testing.T) {
 }
 
 func TestKindsMatchTheWire(t *testing.T) {
-	for k := dmutex.Kind(0); k < 255; k++ {
+	for k := dmutex.MessageKind(0); k < 255; k++ {
 		name, ok := wirepb.Kind_name[int32(k)]
 		if !k.Valid() {
 			assert.True(t, !ok || k == 0, "wire kind %d (%s) that dmutex does not have", k, name)

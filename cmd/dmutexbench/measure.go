@@ -99,11 +99,11 @@ type msgCounter struct{ moved []atomic.Uint64 }
 
 func newMsgCounter(n int) *msgCounter { return &msgCounter{moved: make([]atomic.Uint64, n)} }
 
-func (c *msgCounter) Acquired(int, time.Duration)              {}
-func (c *msgCounter) Released(int, time.Duration)              {}
-func (c *msgCounter) Failed(int, time.Duration, error)         {}
-func (c *msgCounter) Received(peer, _ int, _ dmutex.Kind)      { c.moved[peer].Add(1) }
-func (c *msgCounter) Sent(peer, _ int, _ dmutex.Kind, _ error) { c.moved[peer].Add(1) }
+func (c *msgCounter) Acquired(int, time.Duration)                     {}
+func (c *msgCounter) Released(int, time.Duration)                     {}
+func (c *msgCounter) Failed(int, time.Duration, error)                {}
+func (c *msgCounter) Received(peer, _ int, _ dmutex.MessageKind)      { c.moved[peer].Add(1) }
+func (c *msgCounter) Sent(peer, _ int, _ dmutex.MessageKind, _ error) { c.moved[peer].Add(1) }
 
 // An entryTime is one timed Lock, and whether it was not local.
 type entryTime struct {

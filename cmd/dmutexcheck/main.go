@@ -386,8 +386,8 @@ func parseInts(s string) ([]int, error) {
 	return out, nil
 }
 
-func parseKind(s string) (dmutex.Kind, bool) {
-	for k := dmutex.Kind(1); k.Valid(); k++ {
+func parseKind(s string) (dmutex.MessageKind, bool) {
+	for k := dmutex.MessageKind(1); k.Valid(); k++ {
 		if k.String() == s {
 			return k, true
 		}

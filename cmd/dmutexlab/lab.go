@@ -552,7 +552,7 @@ func (r *run) choose(c string) (string, error) {
 				}
 				return "", bad("P%d is not inside, so it cannot leave", p)
 			}
-			if slices.ContainsFunc(w.Messages(), func(m dmutex.InFlight) bool { return "d"+strconv.FormatUint(m.Seq, 10) == c }) {
+			if slices.ContainsFunc(w.Messages(), func(m dmutex.InFlightMessage) bool { return "d"+strconv.FormatUint(m.Seq, 10) == c }) {
 				return "", bad("message %s is in flight behind an older one on its FIFO channel", c[1:])
 			}
 			return "", bad("message %s is not in flight", c[1:])
@@ -665,7 +665,7 @@ func (r *run) addTick(w *dmutex.World, before int, id string, auto bool, done []
 	q.CX = min(q.CX, len(done))
 	t.Upto = q.query()
 	t.Text, t.ID = describeTick(evs[before:], id)
-	if !auto && r.entered >= 0 && w.Err() != nil && !slices.ContainsFunc(evs[before:], func(e dmutex.Event) bool {
+	if !auto && r.entered >= 0 && w.Err() != nil && !slices.ContainsFunc(evs[before:], func(e dmutex.TraceEvent) bool {
 		return e.Kind == dmutex.EventEnter && e.Peer == r.entered
 	}) {
 		t.BrokeIn = r.entered + 1
@@ -676,7 +676,7 @@ func (r *run) addTick(w *dmutex.World, before int, id string, auto bool, done []
 
 // describeTick says what a tick's events did, and the transition ID it
 // amounts to when it is one delivery, leave, suspicion or trust.
-func describeTick(evs []dmutex.Event, id string) (string, string) {
+func describeTick(evs []dmutex.TraceEvent, id string) (string, string) {
 	var parts []string
 	ids := 0
 	for _, e := range evs {

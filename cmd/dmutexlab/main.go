@@ -364,11 +364,11 @@ type configView struct {
 }
 
 type peerView struct {
-	ID      int            `json:"id"`
-	Status  string         `json:"status"` // idle, waiting, inside or crashed
-	Pending int            `json:"pending"`
-	Fields  []dmutex.Field `json:"fields"`
-	Leave   bool           `json:"canLeave"`
+	ID      int                 `json:"id"`
+	Status  string              `json:"status"` // idle, waiting, inside or crashed
+	Pending int                 `json:"pending"`
+	Fields  []dmutex.StateField `json:"fields"`
+	Leave   bool                `json:"canLeave"`
 	// The failure detector's: the peers this one suspects now, and those
 	// it may start to suspect or trust again by a click.
 	Suspects []int `json:"suspects"`
@@ -436,7 +436,7 @@ func (r *run) view() runView {
 		status := ps.State()
 		fields := w.Describe(p)
 		if fields == nil {
-			fields = []dmutex.Field{}
+			fields = []dmutex.StateField{}
 		}
 		if n := len(r.ticks); n > 0 && r.ticks[n-1].BrokeIn == p+1 {
 			status = "inside" // its machine went in, and broke the promise
@@ -485,7 +485,7 @@ func (r *run) view() runView {
 	v.Counts = countsView{Messages: stats.Messages, Entries: stats.Entries}
 	th := theoryOf(st)
 	v.Counts.Theory = th.total
-	for k := dmutex.Kind(1); k.Valid(); k++ {
+	for k := dmutex.MessageKind(1); k.Valid(); k++ {
 		name := k.String()
 		per, known := th.kinds[name]
 		if stats.ByKind[name] == 0 && !known {

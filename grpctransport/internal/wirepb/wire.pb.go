@@ -31,7 +31,7 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
-// Kind mirrors dmutex.Kind; the numbers are the same.
+// Kind mirrors dmutex.MessageKind; the numbers are the same.
 type Kind int32
 
 const (
