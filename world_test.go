@@ -394,3 +394,28 @@ func TestWorldNaiveVariantActsOnEverySuspicion(t *testing.T) {
 	}
 	assert.True(t, w.Peer(0).Inside, "the naive exclusion lets P0 in without the peers it suspects:\n%v", w)
 }
+
+// TestWorldWaitingAfterEveryCallerGaveUp: a peer whose every caller gave
+// up still waits while its machine's request is out (the entry that
+// answers it is left at once), and a caller held back in a minority
+// waits with no request out; liveness asks that both be served.
+func TestWorldWaitingAfterEveryCallerGaveUp(t *testing.T) {
+	w, err := NewWorld(RicartAgrawala, 2, WorldConfig{})
+	require.NoError(t, err)
+	require.NoError(t, w.Request(0))
+	require.NoError(t, w.Cancel(0))
+	assert.True(t, w.Peer(0).Waiting, "the request is still out:\n%v", w)
+	deliverAll(t, w, 10)
+	assert.Equal(t, PeerStatus{}, w.Peer(0), "the entry was left at once:\n%v", w)
+
+	w, err = NewWorld(RicartAgrawala, 3, WorldConfig{}, WithRecovery())
+	require.NoError(t, err)
+	w.f.detector, w.f.falseLeft = DetectorImperfect, 2
+	for _, j := range []int{1, 2} {
+		_, err := w.Suspect(0, j)
+		require.NoError(t, err)
+	}
+	require.NoError(t, w.Request(0))
+	require.Empty(t, w.Messages(), "a minority sends no request")
+	assert.True(t, w.Peer(0).Waiting, "its caller waits all the same:\n%v", w)
+}
