@@ -175,7 +175,7 @@ func TestCollisionChance(t *testing.T) {
 // sizes are refused.
 func TestFingerprintBits(t *testing.T) {
 	t.Parallel() // computation on the test's goroutine only: beside the other parallel tests at the end
-	ring := 4 // 27,176 states with the graph, each searched twice
+	ring := 4    // 27,176 states with the graph, each searched twice
 	if raceEnabled {
 		ring = 3 // a tenth of the states: most of the test's time under -race
 	}
