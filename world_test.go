@@ -408,6 +408,12 @@ func TestWorldWaitingAfterEveryCallerGaveUp(t *testing.T) {
 	deliverAll(t, w, 10)
 	assert.Equal(t, PeerStatus{}, w.Peer(0), "the entry was left at once:\n%v", w)
 
+	// A holder with a caller queued behind it is inside, not waiting.
+	require.NoError(t, w.Request(0))
+	deliverAll(t, w, 10)
+	require.NoError(t, w.Request(0))
+	assert.Equal(t, PeerStatus{Inside: true, Pending: 1}, w.Peer(0), "%v", w)
+
 	w, err = NewWorld(RicartAgrawala, 3, WorldConfig{}, WithRecovery())
 	require.NoError(t, err)
 	w.f.detector, w.f.falseLeft = DetectorImperfect, 2
