@@ -425,3 +425,17 @@ func TestWorldWaitingAfterEveryCallerGaveUp(t *testing.T) {
 	require.Empty(t, w.Messages(), "a minority sends no request")
 	assert.True(t, w.Peer(0).Waiting, "its caller waits all the same:\n%v", w)
 }
+
+// TestWorldWithoutTheStoreStampsNoFence: a World keeps fences only with
+// the fenced store; without it, a fence floor given to its peers is not
+// stamped on their messages, which then differ only where the algorithm
+// makes them differ.
+func TestWorldWithoutTheStoreStampsNoFence(t *testing.T) {
+	w, err := NewWorld(RicartAgrawala, 2, WorldConfig{}, WithFenceFloor(5))
+	require.NoError(t, err)
+	require.NoError(t, w.Request(0))
+	require.NotEmpty(t, w.Messages())
+	for _, m := range w.Messages() {
+		assert.Zero(t, m.Msg.Fence, "%v", m.Msg)
+	}
+}
