@@ -224,7 +224,7 @@ type CheckConfig struct {
 	// SafetyOnly skips the graph that liveness and bounded waiting need:
 	// the search keeps a fingerprint per state (16 bytes, or 8 with 64-bit
 	// Fingerprint, in a table between 3/8 and 3/4 full) and the worlds of the current path,
-	// instead of about 150 bytes per state and the whole frontier, for the
+	// instead of the graph's 100 bytes or so per state (see deepgraph.go), for the
 	// biggest spaces. The search is then depth first, so a counterexample
 	// is not always a shortest one, and the fair cycles of StarvationFree
 	// are not searched nor MaxOvertakes computed (Liveness is false):
@@ -295,6 +295,9 @@ type CheckConfig struct {
 	Progress func(CheckProgress)
 
 	build func(id, n int) machine // tests: replaces the machines
+	// breadthFirst: keep the graph breadth first, with the frontier's
+	// worlds, as before deepgraph.go (tests compare the two).
+	breadthFirst bool
 }
 
 // CheckProgress is what a long Check reports as it goes.
@@ -452,7 +455,8 @@ type CheckResult struct {
 	MaxOvertakes int `json:"maxOvertakes"`
 	// Liveness says whether the fair cycles of StarvationFree were
 	// searched and MaxOvertakes computed: the search completed, with the
-	// graph (not SafetyOnly), and found no violation that stopped it.
+	// graph (not SafetyOnly, and 32 peers at most), and found no
+	// violation that stopped it.
 	Liveness bool `json:"liveness"`
 	// Blocked counts the states with nothing left to do, after a fault,
 	// in which a surviving peer waits for ever.
@@ -530,8 +534,12 @@ func (v *Violation) Replay() (*World, error) {
 // answered is a deadlock like a request never served, and at rest every
 // machine must keep nothing for a request or try that is over, so a
 // refused try strands nothing. It checks safety in every state and deadlock
-// in every state with nothing left to do, breadth first, so that a
-// counterexample is a shortest one. Two states are the same when they
+// in every state with nothing left to do, and reports a shortest
+// counterexample: the search keeps the graph depth first, holding the
+// worlds of one path only, and then numbers the states as a breadth-first
+// search would have (deepgraph.go says why the result is the same), or
+// searches breadth first after a safety violation, with StopAtDeadlock or
+// with Workers. Two states are the same when they
 // encode the same (serial numbers of messages left out); 128-bit hashes
 // of the encodings are stored (hash compaction; 64-bit with
 // cfg.Fingerprint). A collision, with a chance below s²/2^129 for s
@@ -657,6 +665,7 @@ type searchResult struct {
 // checker is one run of Check.
 type checker struct {
 	cc     CheckConfig
+	given  CheckConfig // as the caller gave it, for again
 	origin *origin
 	res    searchResult
 	seeds  [2]maphash.Seed
@@ -682,6 +691,14 @@ type checker struct {
 
 	firstDeadlock int32        // breadth first: a deadlocked state, -1 for none
 	deadlockPath  []Transition // depth first: the path to a deadlock, nil for none
+	// deep: the graph is searched depth first (deepgraph.go), which
+	// records every deadlocked state and, with Fenced, every step that
+	// let two peers in (a bit per edge), and then renumbers the states
+	// breadth first and keeps only the first of each.
+	deep         bool
+	deadlocks    []int32
+	overlaps     []uint64
+	firstOverlap int32
 
 	unsafe       bool       // a safety violation was found
 	fencedBroken bool       // the fenced store accepted interleaved writes
@@ -702,11 +719,11 @@ type checker struct {
 	cur *World // the world being expanded, for classOf
 }
 
-// stateInfo is what holds in one explored state.
+// stateInfo is what holds in one explored state: 12 bytes, for peers
+// 0 to 31 (the graph is kept for 32 peers at most).
 type stateInfo struct {
-	wait    uint64 // peers waiting (request out, not inside), if no fault has struck
-	waitAny uint64 // peers waiting, crashed ones left out, fault or not
-	crashed uint64 // peers crashed
+	wait    uint32 // peers waiting (request out, not inside), if no fault has struck
+	waitAny uint32 // peers waiting, crashed ones left out, fault or not
 	flags   uint8
 }
 
@@ -719,6 +736,7 @@ const (
 )
 
 func newChecker(cc CheckConfig) (*checker, error) {
+	given := cc
 	var v *Variant
 	if cc.Variant != "" {
 		var err error
@@ -861,9 +879,11 @@ func newChecker(cc CheckConfig) (*checker, error) {
 	cfg.stampGaps = cc.StampGaps
 	c := &checker{
 		cc:            cc,
+		given:         given,
 		seeds:         [2]maphash.Seed{maphash.MakeSeed(), maphash.MakeSeed()},
-		graph:         !cc.SafetyOnly && cc.N <= 64,
+		graph:         !cc.SafetyOnly && cc.N <= 32,
 		firstDeadlock: -1,
+		firstOverlap:  -1,
 		origin: &origin{
 			cfg:      cfg,
 			build:    cc.build,
@@ -874,6 +894,10 @@ func newChecker(cc CheckConfig) (*checker, error) {
 		},
 	}
 	c.res.MaxOvertakes = -1
+	c.deep = c.graph && cc.Workers == 0 && !cc.StopAtDeadlock && !cc.breadthFirst
+	if c.deep && cc.Fenced {
+		c.overlaps = []uint64{}
+	}
 	c.hash = hasher{seeds: &c.seeds, bits: cc.Fingerprint}
 	if cc.Network == NetworkUnordered {
 		c.classes = make(map[string]int32)
@@ -1000,9 +1024,11 @@ func (c *checker) classOf(t Transition) int32 {
 func (c *checker) crashedNow(p int) bool { return c.cur != nil && c.cur.isCrashed(p) }
 
 // explore runs the search. It stops at the first safety violation, and
-// records the first deadlock but goes on. With the graph it is breadth
-// first, so that a counterexample is a shortest one; without, it is depth
-// first and keeps only the worlds on the current path. If ctx ends, it
+// records the first deadlock but goes on. With the graph it is depth
+// first and then renumbers the states breadth first (deepgraph.go), or
+// breadth first throughout (StopAtDeadlock, Workers, or again after a
+// safety violation), so that a counterexample is a shortest one; without,
+// it is depth first and keeps only the worlds on the current path. If ctx ends, it
 // returns ctx.Err() with what it found so far in c.res.
 func (c *checker) explore(ctx context.Context) error {
 	c.start = time.Now()
@@ -1034,6 +1060,14 @@ func (c *checker) explore(ctx context.Context) error {
 	switch {
 	case c.cc.Workers > 0:
 		complete, err = c.parallelBreadthFirst(w)
+	case c.deep:
+		complete, err = c.depthFirstGraph(w)
+		if c.unsafe || c.fencedBroken {
+			// A shortest counterexample, and the counts at it, are the
+			// breadth-first search's: search again that way.
+			return c.again(ctx)
+		}
+		c.renumber()
 	case c.graph:
 		complete, err = c.breadthFirst(w)
 	default:
@@ -1045,7 +1079,7 @@ func (c *checker) explore(ctx context.Context) error {
 	if c.res.Violation != nil {
 		return err
 	}
-	if c.graph {
+	if c.graph && !c.deep {
 		c.off = append(c.off, int32(len(c.to)))
 	}
 	c.finish(complete)
@@ -1059,6 +1093,23 @@ func (c *checker) explore(ctx context.Context) error {
 		c.res.DeadlockFree = false
 		c.res.StarvationFree = false
 	}
+	return err
+}
+
+// again runs the search from the start breadth first, as a new checker
+// whose result replaces c's, keeping c's start time.
+func (c *checker) again(ctx context.Context) error {
+	cc := c.given
+	cc.breadthFirst = true
+	fresh, err := newChecker(cc)
+	if err != nil {
+		return err
+	}
+	start := c.start
+	err = fresh.explore(ctx)
+	fresh.start = start
+	*c = *fresh
+	c.hash.seeds = &c.seeds
 	return err
 }
 
@@ -1141,12 +1192,8 @@ func (c *checker) record(cur *World, flags uint8) {
 	}
 	info := stateInfo{flags: flags}
 	for p, s := range cur.peers {
-		crashed := cur.isCrashed(p)
-		if crashed {
-			info.crashed |= 1 << uint(p%64)
-		}
-		if s.d.wanting() && !crashed {
-			info.waitAny |= 1 << uint(p%64)
+		if s.d.wanting() && !cur.isCrashed(p) {
+			info.waitAny |= 1 << uint(p%32)
 		}
 	}
 	if cur.f.parted && cur.f.group == nil {
@@ -1158,7 +1205,7 @@ func (c *checker) record(cur *World, flags uint8) {
 	if !cur.faulted() || c.cc.Detector.Kind != DetectorNone {
 		for p, s := range cur.peers {
 			if s.d.wanting() && !cur.isCrashed(p) && !cur.cutOff(p) {
-				info.wait |= 1 << uint(p%64)
+				info.wait |= 1 << uint(p%32)
 			}
 		}
 	}
@@ -1459,29 +1506,10 @@ func (c *checker) pathTo(id int32) []int32 {
 // if it is not zero. msg is the broken promise, or "" to take the final
 // check's.
 func (c *checker) violation(prop string, path []int32, cycle int, last Transition, msg string) *Violation {
-	w, err := c.startWorld(false)
-	if err != nil {
-		return &Violation{Property: prop, origin: c.origin, Message: err.Error()}
-	}
-	var trs []Transition
-	for i := 1; i < len(path); i++ {
-		var found bool
-		for _, t := range w.appendTransitions(nil, true) {
-			next := w.Clone()
-			if _, err := next.apply(t); err != nil {
-				continue
-			}
-			if id, _ := c.fps.get(c.fingerprint(next)); id == path[i] {
-				w = next
-				trs = append(trs, t)
-				found = true
-				break
-			}
-		}
-		if !found {
-			return &Violation{Property: prop, origin: c.origin,
-				Message: "dmutex: internal error: the counterexample does not replay"}
-		}
+	w, trs := c.worldAt(path)
+	if w == nil {
+		return &Violation{Property: prop, origin: c.origin,
+			Message: "dmutex: internal error: the counterexample does not replay"}
 	}
 	if cycle >= 0 {
 		cycle--

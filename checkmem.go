@@ -11,15 +11,22 @@ import (
 const DefaultMaxMemory = 3 << 29
 
 // memory returns the bytes the search holds as it counts them: the
-// table of hashes, the graph, and the worlds waiting to be explored (on
-// the depth-first path, or in the breadth-first frontier) at the average
-// size of the worlds it sampled.
+// table of hashes, the graph (with what liveness and, depth first,
+// renumber will add), and the worlds waiting to be explored (on the
+// depth-first path, or in the breadth-first frontier) at the average size
+// of the worlds it sampled.
 func (c *checker) memory(worlds int) int64 {
 	b := c.fps.bytes()
 	b += int64(cap(c.parent)+cap(c.off)+cap(c.to)+cap(c.cls))*4 + int64(cap(c.ent))
 	b += int64(cap(c.info)) * int64(unsafe.Sizeof(stateInfo{}))
 	if c.graph {
 		b += int64(c.res.States) * 16 // what liveness will add: its per-state scratch
+	}
+	if c.deep {
+		// What renumber adds: two numbers a state, and a copy of its
+		// biggest array beside the original.
+		b += int64(c.res.States)*8 + max(int64(cap(c.to))*4, int64(cap(c.info))*int64(unsafe.Sizeof(stateInfo{})))
+		b += int64(cap(c.deadlocks))*4 + int64(cap(c.overlaps))*8
 	}
 	b += c.classBytes
 	return b + int64(worlds)*c.worldSize

@@ -84,7 +84,7 @@ func (c *checker) afterFault(in func(s int32) bool) (fresh, all []fate) {
 	}
 	fresh, all = make([]fate, c.cc.N), make([]fate, c.cc.N)
 	for p := range c.cc.N {
-		bit := uint64(1) << uint(p)
+		bit := uint32(1) << uint(p)
 		// canEnter: an entry of p is reachable.
 		canEnter := make([]bool, ns)
 		for s := range ns {

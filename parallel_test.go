@@ -14,7 +14,7 @@ import (
 // TestParallelAgrees: the parallel search finds the same result with 1,
 // 2 and 3 workers (states, transitions, blocked states, every verdict
 // and bound, the counterexample step for step), and the same as the
-// search on one goroutine with the graph; without the graph, the same
+// breadth-first search on one goroutine with the graph; without the graph, the same
 // states, safety and deadlock answers, and counterexample. The
 // configurations include a deadlock, a safety violation, a violation at
 // rest, fenced safety broken, starvation, faults, a detector, an
@@ -53,7 +53,9 @@ func TestParallelAgrees(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel() // small searches: two configurations at once keep both cores busy between batches
 			cfg.MaxMemory = -1
-			one := mustCheck(t, cfg)
+			ref := cfg
+			ref.breadthFirst = true // the parallel search is breadth first even where it stops
+			one := mustCheck(t, ref)
 			for _, safetyOnly := range []bool{false, true} {
 				cfg.SafetyOnly = safetyOnly
 				var first CheckResult

@@ -175,3 +175,16 @@ func collisionChance(s, bits int) float64 {
 	x := float64(s) * float64(s-1) / math.Pow(2, float64(bits+1))
 	return min(x, 1)
 }
+
+// renumber replaces each id in the table by perm[id].
+func (v *visited) renumber(perm []int32) {
+	if v.ids == nil {
+		return
+	}
+	for i, id := range v.ids {
+		if v.keys64 != nil && v.keys64[i] == 0 || v.keys != nil && v.keys[i] == (fingerprint{}) {
+			continue
+		}
+		v.ids[i] = perm[id]
+	}
+}

@@ -1,0 +1,372 @@
+package dmutex
+
+import (
+	"math"
+	"runtime"
+	"slices"
+)
+
+// The graph search, depth first (the default when liveness is checked).
+//
+// What the liveness pass needs is the transition graph: for each state
+// what holds there (stateInfo) and its edges, each with its target, its
+// fairness class and the peer it lets in. Stored compactly that is about
+// 40 bytes a state and 9 an edge, with the table of hashes: some 100 bytes
+// a state for the algorithms here, which have 2 to 5 edges a state. What
+// made the breadth-first search cost 1 to 1.5 KB a state was not the graph
+// but its frontier, the worlds found and not yet expanded (a fifth to a
+// third of all states at the widest level, each a World of one or more
+// kilobytes), and the garbage of a new World for every state. So this
+// search keeps the same graph and drops the frontier: it runs depth first,
+// holding the worlds of one path only and reusing them as the search
+// backs up (as the safety-only search does), and once it has seen every
+// state it renames the states to the numbers the breadth-first search
+// would have given them. Re-expanding states instead of storing edges
+// would save the 9 bytes an edge at the cost of rebuilding a World (a
+// replay of its path, tens of steps) for each state each time a pass of
+// Tarjan's algorithm visits it, once per peer and once more per fair
+// component: several times the whole search's time, for less than half
+// of what a state costs here.
+//
+// Why the result is exactly the breadth-first search's:
+//
+//   - Both searches explore the states reachable from the start, as
+//     fingerprints tell them apart, and both take, from each state, every
+//     transition appendTransitions lists, in its order. The depth-first
+//     search reserves a state's edges when it first examines the state,
+//     one slot a transition in that order, and fills each slot when it
+//     takes that transition: so when it completes it holds, for each
+//     state, the same ordered list of edges (target state, class, peer
+//     let in) as the breadth-first search, up to the names of the states
+//     and of the classes of an unordered network, which both number in
+//     the order they first meet them. The class of an edge depends on its
+//     source only (a suspicion is owed when its target has crashed in the
+//     source), which is the world examined when the edge is taken.
+//   - The breadth-first numbering depends on nothing but that graph: the
+//     start is 0, and the states are numbered in the order they are first
+//     met as the states are expanded in numbering order, each along its
+//     edges in order. renumber replays exactly that over the stored graph
+//     (a breadth-first pass over int32 arrays, no World), and gives each
+//     state its breadth-first number and parent, each unordered class its
+//     breadth-first number, and the table of hashes the new numbers.
+//   - What the breadth-first search records as it goes is then recomputed
+//     in its order: the first deadlock it would have met is the deadlocked
+//     state with the smallest number, and, with Fenced, the first step
+//     that let two peers in is the first flagged edge in numbering order.
+//     Every count (states, transitions, blocked states) is a sum over
+//     states or edges and does not depend on the order.
+//
+// So liveness, fate and every counterexample built from the graph see
+// the arrays, numbers and parents the breadth-first search would have
+// built, and decide the same verdicts, bounds and lassos. Where the
+// depth-first search could not reproduce the breadth-first one it does
+// not try: a safety violation (or a broken fenced store, or a promise at
+// rest) stops the breadth-first search at its first one, a shortest
+// counterexample, so when the depth-first search meets one, explore runs
+// the breadth-first search again from the start (a broken machine is
+// usually found within a few thousand states); StopAtDeadlock and Workers
+// use the breadth-first search throughout. When a limit or the context
+// stops the depth-first search, the states it saw are renumbered the
+// same way over the edges it had taken, so a deadlock it found is reported
+// by a shortest path among them, not always a shortest one overall; the
+// counts are of what it saw. A fingerprint collision (see Check) is the
+// one thing that can make the two searches differ: which of two colliding
+// states is explored depends on the order.
+
+// deepFrame is one state on the depth-first path: its world, its
+// number, its transitions and the next one to take.
+type deepFrame struct {
+	w    *World
+	id   int32
+	trs  []Transition
+	next int
+}
+
+// depthFirstGraph explores from w depth first, keeping the graph, and
+// reports whether it saw every state. It returns errInterrupted as soon
+// as the context ends, and stops at the first state past the limit, or
+// at the first safety violation (which explore then searches again
+// breadth first).
+func (c *checker) depthFirstGraph(w *World) (bool, error) {
+	along := func(stack []deepFrame) []Transition {
+		var trs []Transition
+		for _, f := range stack[:len(stack)-1] {
+			trs = append(trs, f.trs[f.next-1])
+		}
+		return trs
+	}
+	stack := []deepFrame{{w: w, id: 0}}
+	// push examines the world just put on top of the stack and reserves
+	// its edges; it reports false when the search must end.
+	push := func() bool {
+		f := &stack[len(stack)-1]
+		var v verdict
+		var broken error
+		f.trs, v, broken = c.examine(f.w, f.trs)
+		f.next = 0
+		if int64(len(c.to))+int64(len(f.trs)) > math.MaxInt32 {
+			c.stopped = StoppedAtMemoryLimit // the graph's edges are numbered in int32
+			return false
+		}
+		for range f.trs {
+			c.to = append(c.to, -1)
+		}
+		c.cls = append(c.cls, make([]int32, len(f.trs))...)
+		c.ent = append(c.ent, make([]int8, len(f.trs))...)
+		if c.overlaps != nil {
+			for len(c.overlaps)*64 < len(c.to) {
+				c.overlaps = append(c.overlaps, 0)
+			}
+		}
+		switch v {
+		case vDeadlock:
+			c.deadlocks = append(c.deadlocks, f.id)
+		case vBroken:
+			c.res.Violation = c.violationAlong("safety", along(stack), -1, Transition{}, broken.Error())
+			c.unsafe, c.stopped = true, StoppedAtViolation
+			return false
+		}
+		return true
+	}
+	if !push() {
+		return false, nil
+	}
+	for len(stack) > 0 {
+		top := len(stack) - 1
+		f := &stack[top]
+		if f.next == len(f.trs) {
+			stack = stack[:top]
+			continue
+		}
+		if c.overBudget(len(stack)) {
+			return false, nil
+		}
+		if c.interrupted() {
+			return false, errInterrupted
+		}
+		t := f.trs[f.next]
+		e := c.off[f.id] + int32(f.next)
+		f.next++
+		c.res.Transitions++
+		if top+1 == cap(stack) {
+			stack = append(stack, deepFrame{})[:top+1]
+			f = &stack[top]
+		}
+		// The world one level down, left from an earlier visit, is
+		// nobody else's: reuse it.
+		child := &stack[:top+2][top+1]
+		if child.w == nil {
+			child.w = new(World)
+		}
+		next := f.w.cloneInto(child.w)
+		st, err := next.apply(t)
+		if err != nil {
+			c.res.Violation = c.violationAlong("safety", along(stack), -1, t, err.Error())
+			c.unsafe, c.stopped = true, StoppedAtViolation
+			if next.store != nil && next.store.broken {
+				c.res.Violation.Property = "fenced safety"
+				c.unsafe, c.fencedBroken = false, true
+			}
+			return false, nil
+		}
+		c.cur = f.w // classOf asks about the source
+		c.cls[e] = c.classOf(t)
+		c.ent[e] = int8(st.Entered)
+		if st.overlap != nil {
+			c.overlaps[e/64] |= 1 << uint(e%64)
+		}
+		fp := c.fingerprint(next)
+		to, seen := c.fps.get(fp)
+		if seen {
+			c.to[e] = to
+			continue
+		}
+		if c.full() {
+			return false, nil
+		}
+		to = int32(c.res.States)
+		c.fps.add(fp, to)
+		c.to[e] = to
+		c.res.States++
+		stack = stack[:top+2]
+		stack[top+1].id = to
+		c.tick()
+		if c.res.States&1023 == 0 {
+			c.sample(next)
+		}
+		if !push() {
+			return false, nil
+		}
+	}
+	return true, nil
+}
+
+// renumber gives the states found depth first the numbers the
+// breadth-first search would have given them (see the top of this file):
+// it rebuilds the graph's arrays in that order, sets parent, renames the
+// classes of an unordered network in the order that search meets them,
+// updates the table of hashes, and records the first deadlock and, with
+// Fenced, the first step that let two peers in, as that search would
+// have met them. Edges the search never took (it stopped first) are -1
+// and are skipped.
+func (c *checker) renumber() {
+	ns := int32(len(c.info))
+	c.off = append(c.off, int32(len(c.to)))
+	// perm: depth-first number to breadth-first; order: the reverse.
+	perm := make([]int32, ns)
+	for i := range perm {
+		perm[i] = -1
+	}
+	order := make([]int32, 1, ns)
+	parent := make([]int32, 1, ns)
+	perm[0], parent[0] = 0, -1
+	for h := 0; h < len(order); h++ {
+		s := order[h]
+		for e := c.off[s]; e < c.off[s+1]; e++ {
+			if t := c.to[e]; t >= 0 && perm[t] < 0 {
+				perm[t] = int32(len(order))
+				order = append(order, t)
+				parent = append(parent, int32(h))
+			}
+		}
+	}
+	if int32(len(order)) != ns {
+		panic("dmutex: internal error: a state the depth-first search found is unreachable in its graph")
+	}
+	c.parent = parent
+	// The arrays in the new order, one at a time, so that at most one
+	// old array is held beside its copy: for a big graph, a collection
+	// after each lets the next copy reuse the memory of the array it
+	// replaced, instead of growing the heap by the whole graph.
+	collect := func() {
+		if len(c.to) > 1<<24 {
+			runtime.GC()
+		}
+	}
+	off := make([]int32, ns+1)
+	for i, s := range order {
+		off[i+1] = off[i] + c.off[s+1] - c.off[s]
+	}
+	to := make([]int32, len(c.to))
+	for i, s := range order {
+		for k, t := range c.to[c.off[s]:c.off[s+1]] {
+			if t >= 0 {
+				t = perm[t]
+			}
+			to[off[i]+int32(k)] = t
+		}
+	}
+	c.to = to
+	collect()
+	cls := make([]int32, len(c.cls))
+	for i, s := range order {
+		copy(cls[off[i]:off[i+1]], c.cls[c.off[s]:c.off[s+1]])
+	}
+	c.cls = cls
+	collect()
+	ent := make([]int8, len(c.ent))
+	for i, s := range order {
+		copy(ent[off[i]:off[i+1]], c.ent[c.off[s]:c.off[s+1]])
+	}
+	c.ent = ent
+	if c.overlaps != nil {
+		first := int32(-1)
+		for i, s := range order {
+			for e := c.off[s]; e < c.off[s+1] && first < 0; e++ {
+				if c.overlaps[e/64]&(1<<uint(e%64)) != 0 {
+					first = off[i] + e - c.off[s]
+				}
+			}
+			if first >= 0 {
+				break
+			}
+		}
+		c.overlaps = nil
+		c.firstOverlap = first
+	}
+	collect()
+	info := make([]stateInfo, ns)
+	for i, s := range order {
+		info[i] = c.info[s]
+	}
+	c.info = info
+	c.off = off
+	c.fps.renumber(perm)
+	c.firstDeadlock = -1
+	for _, s := range c.deadlocks {
+		if c.firstDeadlock < 0 || perm[s] < c.firstDeadlock {
+			c.firstDeadlock = perm[s]
+		}
+	}
+	c.deadlocks = nil
+	collect()
+	if c.classes != nil {
+		// An unordered network's classes, n and up below the detector's,
+		// numbered in the order the breadth-first search meets them.
+		n := int32(c.cc.N)
+		names := map[int32]int32{}
+		for e, k := range c.cls {
+			if k < n || k >= 1<<30 {
+				continue
+			}
+			m, ok := names[k]
+			if !ok {
+				m = n + int32(len(names))
+				names[k] = m
+			}
+			c.cls[e] = m
+		}
+	}
+	if c.firstOverlap >= 0 {
+		c.overlap = c.overlapAt(c.firstOverlap)
+	}
+}
+
+// overlapAt builds the counterexample of edge e, a step that let a
+// second peer in (with Fenced), as the breadth-first search builds it.
+func (c *checker) overlapAt(e int32) *Violation {
+	s := int32(slices.IndexFunc(c.off[1:], func(o int32) bool { return o > e }))
+	path := c.pathTo(s)
+	w, trs := c.worldAt(path)
+	if w == nil {
+		return &Violation{Property: "safety", origin: c.origin,
+			Message: "dmutex: internal error: the counterexample does not replay"}
+	}
+	t := w.appendTransitions(nil, true)[e-c.off[s]]
+	st, _ := w.Clone().apply(t)
+	if st.overlap == nil {
+		return &Violation{Property: "safety", origin: c.origin,
+			Message: "dmutex: internal error: the overlap does not replay"}
+	}
+	return c.violationAlong("safety", trs, -1, t, st.overlap.Error())
+}
+
+// worldAt replays the states of path from the start, each found among
+// its predecessor's successors by its fingerprint, and returns the world
+// at the end and the transitions taken; nil if a step is missing.
+func (c *checker) worldAt(path []int32) (*World, []Transition) {
+	w, err := c.startWorld(false)
+	if err != nil {
+		return nil, nil
+	}
+	var trs []Transition
+	for i := 1; i < len(path); i++ {
+		var found bool
+		for _, t := range w.appendTransitions(nil, true) {
+			next := w.Clone()
+			if _, err := next.apply(t); err != nil {
+				continue
+			}
+			if id, _ := c.fps.get(c.fingerprint(next)); id == path[i] {
+				w = next
+				trs = append(trs, t)
+				found = true
+				break
+			}
+		}
+		if !found {
+			return nil, nil
+		}
+	}
+	return w, trs
+}

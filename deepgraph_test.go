@@ -1,0 +1,225 @@
+package dmutex
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// runBoth runs cfg's check twice, with the graph searched depth first
+// (the default) and breadth first (as before deepgraph.go), and returns
+// both checkers and results.
+func runBoth(t *testing.T, cfg CheckConfig) (deep, wide *checker, dr, wr CheckResult) {
+	t.Helper()
+	run := func(breadthFirst bool) (*checker, CheckResult) {
+		cc := cfg
+		cc.breadthFirst = breadthFirst
+		c, err := newChecker(cc)
+		require.NoError(t, err)
+		require.NoError(t, c.explore(context.Background()))
+		c.liveness()
+		res := c.result()
+		res.Seconds = 0
+		return c, res
+	}
+	deep, dr = run(false)
+	wide, wr = run(true)
+	return deep, wide, dr, wr
+}
+
+// requireSameCheck requires that both searches found the same thing:
+// the same result (states, transitions, every verdict, MaxOvertakes), a
+// counterexample of the same property that replays, and over FIFO
+// queues (or with a build of the test's) the same graph under the same
+// numbers and so the same counterexample step for step. Over an
+// unordered network the order in which a state lists its deliveries is
+// the order its world got the messages, which the state's encoding
+// leaves out, so the two searches may see a state's edges in different
+// orders (see deepgraph.go): there the counterexample of a deadlock or
+// of a safety violation has the same length, a shortest one, and a
+// starvation's lasso is a fair run of its own.
+func requireSameCheck(t *testing.T, cfg CheckConfig) CheckResult {
+	t.Helper()
+	deep, wide, dr, wr := runBoth(t, cfg)
+	exact := deep.classes == nil
+	require.Equal(t, wr.Violation == nil, dr.Violation == nil, "violation: breadth first %v, depth first %v", wr.Violation, dr.Violation)
+	if wr.Violation != nil {
+		w, d := *wr.Violation, *dr.Violation
+		w.origin, d.origin = nil, nil
+		switch {
+		case exact:
+			assert.Equal(t, w, d, "the counterexample")
+		case w.Property == "starvation":
+			require.Equal(t, w.Message, d.Message)
+			var p int
+			_, err := fmt.Sscanf(d.Message, "starvation: a fair run in which P%d", &p)
+			require.NoError(t, err)
+			requireFairLasso(t, cfg, dr.Violation, p)
+		default:
+			require.Equal(t, w.Property, d.Property)
+			require.Len(t, d.Transitions, len(w.Transitions), "a shortest counterexample")
+		}
+		_, err := dr.Violation.Replay()
+		require.NoError(t, err, "the counterexample replays")
+	}
+	v := dr.Violation
+	wr.Violation, dr.Violation = nil, nil
+	require.Equal(t, wr, dr)
+	dr.Violation = v
+	if deep.deep && exact {
+		sameSlice(t, "parents", wide.parent, deep.parent)
+		sameSlice(t, "edge offsets", wide.off, deep.off)
+		sameSlice(t, "edge targets", wide.to, deep.to)
+		sameSlice(t, "edge classes", wide.cls, deep.cls)
+		sameSlice(t, "entries", wide.ent, deep.ent)
+		sameSlice(t, "states", wide.info, deep.info)
+	}
+	return dr
+}
+
+// sameSlice reports the first place where two slices differ.
+func sameSlice[T comparable](t *testing.T, what string, want, got []T) {
+	t.Helper()
+	if len(want) != len(got) {
+		t.Errorf("%s: %d, want %d", what, len(got), len(want))
+		return
+	}
+	for i := range want {
+		if want[i] != got[i] {
+			t.Errorf("%s differ first at %d: %v, want %v", what, i, got[i], want[i])
+			return
+		}
+	}
+}
+
+// TestDepthFirstGraphAgrees: the graph searched depth first and
+// renumbered gives exactly what the breadth-first search gives (see
+// deepgraph.go), over every algorithm at n = 3 with one request per peer
+// on each network it supports, a few with two, the liveness regression
+// machines of liveness_test.go, recovery rows (with their fates after the
+// crash), a starvation, a deadlock, safety violations (searched again
+// breadth first) and a Fenced search that goes on past two holders.
+func TestDepthFirstGraphAgrees(t *testing.T) {
+	type named struct {
+		name string
+		cfg  CheckConfig
+	}
+	var corpus []named
+	for _, cc := range checkCases() {
+		if cc.big || cc.n != 3 || cc.requests > 2 {
+			continue
+		}
+		if cc.requests == 2 && (raceEnabled || testing.Short() || (cc.v.alg != Centralized && cc.v.alg != RicartAgrawala && cc.v.alg != SuzukiKasami)) {
+			continue
+		}
+		if raceEnabled && cc.v.alg == Lamport {
+			continue // 324k states, twice
+		}
+		corpus = append(corpus, named{cc.name(), CheckConfig{Algorithm: cc.v.alg, N: cc.n, Requests: cc.requests, Network: cc.net, Options: cc.v.opts, MaxMemory: -1}})
+	}
+	machines := []struct {
+		name  string
+		build func(id, n int) machine
+		reqs  []int
+		tries []int
+		nets  []Network
+		fence bool
+	}{
+		{"bouncer", func(id, _ int) machine { return &bouncer{id: id, token: id == 0} }, []int{1, 1, 1}, nil, []Network{NetworkFIFO, NetworkUnordered}, false},
+		{"pinger", func(id, _ int) machine { return &pinger{id: id} }, []int{0, 0, 1}, nil, []Network{NetworkFIFO, NetworkUnordered}, false},
+		{"lazyHolder", newLazyHolder, []int{1, 0, 1}, nil, []Network{NetworkFIFO, NetworkUnordered}, true},
+		{"fenceTwins", newFenceTwins, []int{1, 0, 1}, nil, []Network{NetworkUnordered}, true},
+		{"sideNote", func(id, _ int) machine { return &sideNote{id: id} }, []int{0, 0, 1}, nil, []Network{NetworkFIFO, NetworkUnordered}, false},
+		{"ignorer", func(id, _ int) machine { return &ignorer{id: id} }, []int{0, 0, 1}, []int{0, 1, 0}, []Network{NetworkFIFO}, false},
+		{"twoRooms", func(id, _ int) machine { return &twoRooms{id: id, blocked: id == 0} }, []int{0, 0, 1}, []int{0, 1, 0}, []Network{NetworkFIFO, NetworkUnordered}, false},
+		{"afterYou", func(id, _ int) machine { return &afterYou{id: id} }, []int{0, 1, 1}, nil, []Network{NetworkFIFO, NetworkUnordered}, false},
+		{"slowStarver", func(id, _ int) machine { return &slowStarver{id: id} }, []int{0, 0, 1}, nil, []Network{NetworkFIFO}, false},
+	}
+	for _, m := range machines {
+		for _, net := range m.nets {
+			for _, fenced := range []bool{false, m.fence} {
+				corpus = append(corpus, named{fmt.Sprintf("%s/%v/fenced=%v", m.name, net, fenced), CheckConfig{Algorithm: Centralized, N: 3,
+					RequestsPerPeer: m.reqs, TriesPerPeer: m.tries, Network: net, Fenced: fenced, build: m.build}})
+				if !m.fence {
+					break
+				}
+			}
+		}
+	}
+	corpus = append(corpus,
+		named{"clockPing", CheckConfig{Algorithm: Lamport, N: 3, RequestsPerPeer: []int{0, 0, 1}, StampGaps: true, MaxStates: 10_000,
+			build: func(id, _ int) machine { return &clockPing{id: id} }}},
+		named{"bouncer/unlimited", CheckConfig{Algorithm: TokenRing, N: 3, Requests: Unlimited,
+			build: func(id, _ int) machine { return &bouncer{id: id, token: id == 0} }}},
+		// Two inside at once under a false suspicion; the fenced store
+		// keeps the writes apart, and the search goes on.
+		named{"centralized/recovery/imperfect/fenced", CheckConfig{Algorithm: Centralized, N: 3, Options: []Option{WithRecovery()},
+			Detector: Detector{Kind: DetectorImperfect, FalseSuspicions: 1}, Fenced: true}},
+		named{"singhal-heuristic-textbook", CheckConfig{Variant: "singhal-heuristic-textbook"}},
+	)
+	for _, v := range Variants() {
+		if v.N <= 3 && v.Requests <= 1 && v.Faults.zero() {
+			corpus = append(corpus, named{"variant/" + v.Name, CheckConfig{Variant: v.Name}})
+		}
+	}
+	sawOverlap, sawDeadlock, sawStarvation, sawUnsafe := false, false, false, false
+	for _, tt := range corpus {
+		t.Run(tt.name, func(t *testing.T) {
+			res := requireSameCheck(t, tt.cfg)
+			if v := res.Violation; v != nil {
+				switch {
+				case v.Property == "starvation":
+					sawStarvation = true
+				case v.Property == "deadlock":
+					sawDeadlock = true
+				case res.Complete && v.Property == "safety":
+					sawOverlap = true
+				case !res.Complete:
+					sawUnsafe = true
+				}
+			}
+			t.Logf("%d states, %d transitions, safe %v, deadlock free %v, starvation free %v, max overtakes %d",
+				res.States, res.Transitions, res.Safe, res.DeadlockFree, res.StarvationFree, res.MaxOvertakes)
+		})
+	}
+	assert.True(t, sawOverlap, "no case went on past two holders")
+	assert.True(t, sawDeadlock, "no case deadlocked")
+	assert.True(t, sawStarvation, "no case starved")
+	assert.True(t, sawUnsafe, "no case was unsafe")
+
+	// Fates after a crash, read from the graph, as the recovery table
+	// reads them.
+	for _, alg := range []Algorithm{RicartAgrawala, SuzukiKasami, Centralized} {
+		t.Run("fates/"+alg.String(), func(t *testing.T) {
+			cfg := CheckConfig{Algorithm: alg, N: 3, Requests: 1, Options: []Option{WithRecovery()},
+				Faults: CheckFaults{Crash: true}, Detector: Detector{Kind: DetectorPerfect}}
+			requireSameCheck(t, cfg)
+			deep, wide, _, _ := runBoth(t, cfg)
+			in := func(c *checker) func(s int32) bool {
+				return func(s int32) bool { return c.info[s].flags&stFaulted != 0 }
+			}
+			df, da := deep.afterFault(in(deep))
+			wf, wa := wide.afterFault(in(wide))
+			assert.Equal(t, wf, df)
+			assert.Equal(t, wa, da)
+		})
+	}
+}
+
+// TestDepthFirstGraphStopped: a search stopped by its state limit
+// decides nothing it has not seen, depth first as breadth first.
+func TestDepthFirstGraphStopped(t *testing.T) {
+	cfg := CheckConfig{Algorithm: RicartAgrawala, N: 3, MaxStates: 500}
+	_, _, dr, wr := runBoth(t, cfg)
+	for _, r := range []CheckResult{dr, wr} {
+		assert.False(t, r.Complete)
+		assert.Equal(t, StoppedAtStateLimit, r.Stopped)
+		assert.Equal(t, 500, r.States)
+		assert.Equal(t, Undecided, r.Safe)
+		assert.Equal(t, Undecided, r.StarvationFree)
+		assert.False(t, r.Liveness)
+	}
+}
