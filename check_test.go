@@ -23,6 +23,20 @@ import (
 
 var maxStates = flag.Int("dmutex.maxstates", 0, "stop each exhaustive check after this many states (0: the default limit)")
 
+var bigCases = flag.String("dmutex.bigcases", "", "also model-check the big cases whose names (as TestModelCheck's subtests) match this regular expression, and let TestDocTables -update recompute their cells: one big cell without all the others")
+
+// bigCase reports whether the big case cc is to run: with -dmutex.big,
+// or when -dmutex.bigcases matches its name.
+func bigCase(cc checkCase) bool {
+	if *bigChecks {
+		return true
+	}
+	if *bigCases == "" {
+		return false
+	}
+	return regexp.MustCompile(*bigCases).MatchString(cc.name())
+}
+
 var bigChecks = flag.Bool("dmutex.big", false, "also model-check the big configurations (Lamport with two requests per peer, implicit replies with two requests over an unordered network, Ricart-Agrawala and Maekawa at n = 4 with the graph): minutes and gigabytes")
 
 // checkExpectation is what the model checker expects of one algorithm.
@@ -172,8 +186,8 @@ func mustCheck(t testing.TB, cfg CheckConfig) CheckResult {
 func TestModelCheck(t *testing.T) {
 	for _, cc := range checkCases() {
 		t.Run(cc.name(), func(t *testing.T) {
-			if cc.big && !*bigChecks {
-				t.Skip("big; run with -dmutex.big")
+			if cc.big && !bigCase(cc) {
+				t.Skip("big; run with -dmutex.big or -dmutex.bigcases")
 			}
 			if testing.Short() && cc.v.alg == Lamport {
 				t.Skip("75k states and their graph, seconds under -race; skipped with -short")
@@ -231,7 +245,35 @@ func TestModelCheck(t *testing.T) {
 // supports, and at n = 2 with four requests (FIFO); at n = 3 with two
 // requests they are checked without -race, or with -dmutex.big.
 func modelCheckConfig(cc checkCase) CheckConfig {
+	limit := bigLimit(cc)
+	return CheckConfig{
+		Algorithm: cc.v.alg, Options: cc.v.opts, N: cc.n, Requests: cc.requests,
+		Network: cc.net, MaxStates: limit, MaxMemory: bigMemory(cc),
+		SafetyOnly: (cc.big && !cc.live) || (raceEnabled && cc.v.alg == Lamport && cc.n == 3) ||
+			(raceEnabled && !*bigChecks && cc.n == 3 && cc.requests == 2),
+	}
+}
+
+// bigMemory is the memory limit of cc's search: none, but 6 GiB as the
+// search counts it for the big cases with the graph, which keeps the
+// process under about 10 GB.
+func bigMemory(cc checkCase) int64 {
+	if cc.big && cc.live {
+		return 6 << 30
+	}
+	return -1
+}
+
+// bigLimit is the state limit of cc's search: -dmutex.maxstates if set,
+// else the default for the small cases, and for the big ones a bound
+// past their sizes.
+func bigLimit(cc checkCase) int {
 	limit := *maxStates
+	if cc.big && cc.live && limit == 0 {
+		// With the graph (100 to 200 bytes a state, depth first,
+		// with the garbage): stop well short of the machine's memory.
+		limit = 40_000_000
+	}
 	if cc.big && !cc.live && limit == 0 {
 		// 16 bytes a state without the graph, in a table of 2^28
 		// slots (4.3 GB) up to 201M states: stop just before it
@@ -240,12 +282,7 @@ func modelCheckConfig(cc checkCase) CheckConfig {
 		// record).
 		limit = 200_000_000
 	}
-	return CheckConfig{
-		Algorithm: cc.v.alg, Options: cc.v.opts, N: cc.n, Requests: cc.requests,
-		Network: cc.net, MaxStates: limit, MaxMemory: -1,
-		SafetyOnly: (cc.big && !cc.live) || (raceEnabled && cc.v.alg == Lamport && cc.n == 3) ||
-			(raceEnabled && !*bigChecks && cc.n == 3 && cc.requests == 2),
-	}
+	return limit
 }
 
 // promisedOvertakes is the most entries by others between a request and
