@@ -438,4 +438,7 @@ func TestWorldWithoutTheStoreStampsNoFence(t *testing.T) {
 	for _, m := range w.Messages() {
 		assert.Zero(t, m.Msg.Fence, "%v", m.Msg)
 	}
+	deliverAll(t, w, 10)
+	require.True(t, w.Peer(0).Inside)
+	assert.Zero(t, w.peers[0].d.holdFence, "nor takes one")
 }

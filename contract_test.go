@@ -1,0 +1,230 @@
+package dmutex
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// rogue is Ricart-Agrawala with a step that breaks the machine contract
+// on events of one kind: it also enters, refuses a try, or sends a
+// message to itself. The driver and the World must catch each.
+type rogue struct {
+	*ricart
+	on                  eventKind
+	enter, refuse, self bool
+}
+
+func (r *rogue) step(ev event, out *output) {
+	r.ricart.step(ev, out)
+	if ev.kind != r.on {
+		return
+	}
+	out.entered = out.entered || r.enter
+	out.refused = out.refused || r.refuse
+	if r.self {
+		out.send(Message{Kind: KindRequest, From: r.id, To: r.id})
+	}
+}
+
+func (r *rogue) clone() machine {
+	c := *r
+	c.ricart = r.ricart.clone().(*ricart)
+	return &c
+}
+
+// install puts m in place of peer p's machine.
+func install(w *World, p int, m machine) {
+	w.ms[p], w.own[p] = m, true
+}
+
+// rogueWorld is Ricart-Agrawala with two peers, peer 0's machine the rogue
+// r (its ricart filled in).
+func rogueWorld(t *testing.T, r *rogue) *World {
+	t.Helper()
+	w, err := NewWorld(RicartAgrawala, 2, WorldConfig{})
+	require.NoError(t, err)
+	r.ricart = w.ms[0].(*ricart)
+	install(w, 0, r)
+	return w
+}
+
+// deliverFirst delivers the first message in flight, which there must
+// be, and returns Apply's error.
+func deliverFirst(t *testing.T, w *World) error {
+	t.Helper()
+	for _, tr := range w.Transitions() {
+		if tr.Kind == TransDeliver {
+			_, err := w.Apply(tr)
+			return err
+		}
+	}
+	t.Fatalf("nothing in flight:\n%v", w)
+	return nil
+}
+
+// TestDriverCatchesBrokenContracts: a machine that enters on leaving,
+// enters while inside, enters without a request, refuses a try it never
+// made, or sends a malformed message is a violation of the World, named,
+// and Request and Try report one that their own step causes.
+func TestDriverCatchesBrokenContracts(t *testing.T) {
+	t.Run("entered on leaving", func(t *testing.T) {
+		r := &rogue{}
+		w := rogueWorld(t, r)
+		require.NoError(t, w.Request(0))
+		deliverAll(t, w, 10)
+		require.True(t, w.Peer(0).Inside)
+		r.on, r.enter = evRelease, true
+		_, err := w.Apply(Transition{Kind: TransLeave, Peer: 0})
+		require.ErrorIs(t, err, ErrViolation)
+		assert.ErrorContains(t, err, "peer 0 entered on leaving")
+	})
+	t.Run("entered while inside", func(t *testing.T) {
+		r := &rogue{}
+		w := rogueWorld(t, r)
+		require.NoError(t, w.Request(0))
+		deliverAll(t, w, 10)
+		r.on, r.enter = evMessage, true
+		require.NoError(t, w.Request(1))
+		require.ErrorIs(t, deliverFirst(t, w), ErrViolation)
+		assert.ErrorContains(t, w.Err(), "peer 0 entered while already inside")
+	})
+	t.Run("entered without a request", func(t *testing.T) {
+		w := rogueWorld(t, &rogue{on: evMessage, enter: true})
+		require.NoError(t, w.Request(1))
+		require.ErrorIs(t, deliverFirst(t, w), ErrViolation)
+		assert.ErrorContains(t, w.Err(), "peer 0 entered without a request")
+	})
+	t.Run("refused a try it did not make", func(t *testing.T) {
+		w := rogueWorld(t, &rogue{on: evMessage, refuse: true})
+		require.NoError(t, w.Request(1))
+		require.ErrorIs(t, deliverFirst(t, w), ErrViolation)
+		assert.ErrorContains(t, w.Err(), "peer 0 refused a try it did not make")
+	})
+	t.Run("Request reports its step's violation", func(t *testing.T) {
+		w := rogueWorld(t, &rogue{on: evRequest, self: true})
+		err := w.Request(0)
+		require.ErrorIs(t, err, ErrViolation)
+		assert.ErrorContains(t, err, "peer 0 sent a malformed message")
+		assert.ErrorIs(t, w.Request(1), ErrViolation, "and every later call")
+	})
+	t.Run("Try reports its step's violation", func(t *testing.T) {
+		w := rogueWorld(t, &rogue{on: evTry, self: true})
+		err := w.Try(0)
+		require.ErrorIs(t, err, ErrViolation)
+		assert.ErrorContains(t, err, "peer 0 sent a malformed message")
+	})
+}
+
+// phantom is a Suzuki-Kasami machine that claims a token it does not
+// hold: a second token, which the World's token check must find after
+// the local call that made it.
+type phantom struct{ *suzukiKasami }
+
+func (p *phantom) hasToken() bool { return true }
+
+func (p *phantom) clone() machine { return &phantom{p.suzukiKasami.clone().(*suzukiKasami)} }
+
+// TestWorldLocalCallsCheckTokens: Request and Try check the one-token
+// promise after the machine's step, as a transition does.
+func TestWorldLocalCallsCheckTokens(t *testing.T) {
+	for _, try := range []bool{false, true} {
+		w, err := NewWorld(SuzukiKasami, 3, WorldConfig{})
+		require.NoError(t, err)
+		install(w, 1, &phantom{w.ms[1].(*suzukiKasami)})
+		call := w.Request
+		if try {
+			call = w.Try
+		}
+		err = call(1)
+		require.ErrorIs(t, err, ErrViolation, "try %v", try)
+		assert.ErrorContains(t, err, "2 tokens held")
+	}
+}
+
+// TestWorldLocalCallsRefuseBadPeers: Request, Try and Cancel name a peer
+// out of range, a crashed peer and a peer where nobody waits, change
+// nothing, and after a violation return it.
+func TestWorldLocalCallsRefuseBadPeers(t *testing.T) {
+	w, err := NewWorld(RicartAgrawala, 2, WorldConfig{})
+	require.NoError(t, err)
+	for _, call := range []func(int) error{w.Request, w.Try, w.Cancel} {
+		for _, p := range []int{-1, 2} {
+			err := call(p)
+			require.ErrorIs(t, err, ErrInvalidConfig)
+			assert.ErrorContains(t, err, "out of range")
+		}
+	}
+	err = w.Cancel(0)
+	require.ErrorIs(t, err, ErrInvalidConfig)
+	assert.ErrorContains(t, err, "cancel at peer 0, where nobody waits")
+	assert.Equal(t, PeerStatus{}, w.Peer(0))
+
+	require.NoError(t, w.Crash(1))
+	for _, call := range []func(int) error{w.Request, w.Try, w.Cancel} {
+		err := call(1)
+		require.ErrorIs(t, err, ErrInvalidConfig)
+		assert.ErrorContains(t, err, "peer 1, which has crashed")
+	}
+	assert.Empty(t, w.Messages())
+
+	w = rogueWorld(t, &rogue{on: evRequest, self: true})
+	require.Error(t, w.Request(0))
+	for _, call := range []func(int) error{w.Request, w.Try, w.Cancel} {
+		assert.ErrorIs(t, call(1), ErrViolation, "a world that broke stays broken")
+	}
+}
+
+// TestWorldTraceNamesLocalCalls: the trace tells a request from a try,
+// and records a caller that gave up.
+func TestWorldTraceNamesLocalCalls(t *testing.T) {
+	w, err := NewWorld(RicartAgrawala, 2, WorldConfig{})
+	require.NoError(t, err)
+	require.NoError(t, w.Try(0))
+	require.NoError(t, w.Request(1))
+	require.NoError(t, w.Cancel(1))
+	var kinds []EventKind
+	for _, e := range w.Events() {
+		if e.Kind != EventSend {
+			kinds = append(kinds, e.Kind)
+		}
+	}
+	assert.Equal(t, []EventKind{EventTry, EventRequest, EventCancel}, kinds)
+}
+
+// TestWorldEntryWithNobodyWaiting: a machine that lets its peer in after
+// every caller gave up makes an entry all the same: the World records it
+// and checks it as any other (it could overlap another), and the peer
+// leaves at once; no caller counts it.
+func TestWorldEntryWithNobodyWaiting(t *testing.T) {
+	w, err := NewWorld(RicartAgrawala, 2, WorldConfig{})
+	require.NoError(t, err)
+	require.NoError(t, w.Request(0))
+	require.NoError(t, w.Cancel(0))
+	deliverAll(t, w, 10)
+	var kinds []EventKind
+	for _, e := range w.Events() {
+		if e.Kind == EventEnter || e.Kind == EventLeave {
+			kinds = append(kinds, e.Kind)
+		}
+	}
+	assert.Equal(t, []EventKind{EventEnter, EventLeave}, kinds)
+	assert.Equal(t, PeerStatus{}, w.Peer(0))
+}
+
+// TestWorldDropsBigOutputs: after a broadcast to many peers the World
+// keeps no buffer of that size between steps; a small one it keeps, so
+// small clusters step without allocating.
+func TestWorldDropsBigOutputs(t *testing.T) {
+	w, err := NewWorld(RicartAgrawala, 100, WorldConfig{})
+	require.NoError(t, err)
+	require.NoError(t, w.Request(0))
+	assert.Len(t, w.Messages(), 99)
+	assert.Nil(t, w.out.msgs, "a buffer of %d messages is dropped", cap(w.out.msgs))
+
+	w, err = NewWorld(RicartAgrawala, 10, WorldConfig{})
+	require.NoError(t, err)
+	require.NoError(t, w.Request(0))
+	assert.GreaterOrEqual(t, cap(w.out.msgs), 9, "a buffer for 9 messages is kept")
+}
