@@ -228,3 +228,41 @@ func TestWorldDropsBigOutputs(t *testing.T) {
 	require.NoError(t, w.Request(0))
 	assert.GreaterOrEqual(t, cap(w.out.msgs), 9, "a buffer for 9 messages is kept")
 }
+
+// restless is Ricart-Agrawala that breaks a promise for a cluster at rest
+// once it has stepped: the World must check the rest again after steps.
+type restless struct {
+	*ricart
+	stepped bool
+}
+
+func (r *restless) step(ev event, out *output) {
+	r.stepped = true
+	r.ricart.step(ev, out)
+}
+
+func (r *restless) clone() machine { c := *r; c.ricart = r.ricart.clone().(*ricart); return &c }
+
+func (r *restless) idleViolation() string {
+	if r.stepped {
+		return "is restless"
+	}
+	return ""
+}
+
+// TestWorldChecksEachRest: CheckAtRest checks a world at rest once, and
+// again once a machine has stepped since.
+func TestWorldChecksEachRest(t *testing.T) {
+	w, err := NewWorld(RicartAgrawala, 2, WorldConfig{})
+	require.NoError(t, err)
+	install(w, 0, &restless{ricart: w.ms[0].(*ricart)})
+	require.NoError(t, w.CheckAtRest())
+	require.NoError(t, w.Request(1))
+	deliverAll(t, w, 10)
+	_, err = w.Apply(Transition{Kind: TransLeave, Peer: 1})
+	require.NoError(t, err)
+	deliverAll(t, w, 10)
+	err = w.CheckAtRest()
+	require.ErrorIs(t, err, ErrViolation)
+	assert.ErrorContains(t, err, "at rest, peer 0 is restless")
+}
