@@ -2,6 +2,7 @@ package dmutex
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"strconv"
@@ -156,6 +157,26 @@ func TestFloorsApartInMemory(t *testing.T) {
 		})
 	}
 
+	t.Run("whichever is claimed first", func(t *testing.T) {
+		// The error names the lower id first, whichever side finds it;
+		// a peer started again with its id takes its own place.
+		nw := NewChanNetwork(3)
+		defer nw.Close()
+		p2, err := NewPeer(Centralized, 2, 3, nw.Endpoint(2), WithFenceFloor(high))
+		require.NoError(t, err)
+		require.NoError(t, p2.Close())
+		_, err = NewPeer(Centralized, 0, 3, nw.Endpoint(0))
+		assert.ErrorContains(t, err, fmt.Sprintf("peer 0 was given floor 0 and peer 2 floor %d", uint64(high)))
+		p2, err = NewPeer(Centralized, 2, 3, NewChanNetwork(3).Endpoint(2))
+		require.NoError(t, err, "another network knows nothing of the first")
+		require.NoError(t, p2.Close())
+		nw2 := NewChanNetwork(3)
+		defer nw2.Close()
+		require.NoError(t, nw2.Endpoint(2).claimFloor(2, high))
+		require.NoError(t, nw2.Endpoint(2).claimFloor(2, 0), "peer 2 started again with another floor")
+		require.NoError(t, nw2.Endpoint(0).claimFloor(0, 0), "peer 2's old floor is forgotten")
+	})
+
 	t.Run("refused messages say why", func(t *testing.T) {
 		// plainTransport hides the endpoint's floor claim too: a
 		// transport that knows nothing of the other peers' floors.
@@ -177,4 +198,38 @@ func TestFloorsApartInMemory(t *testing.T) {
 		assert.ErrorContains(t, err, "MaxFloorSpread")
 		assert.Equal(t, uint64(1), p1.Stats().Refused)
 	})
+}
+
+// errTransport is a transport with an Err method, as grpctransport's.
+type errTransport struct {
+	plainTransport
+	err error
+}
+
+func (e errTransport) Err() error { return e.err }
+
+// TestGaveUpSaysWhatItKnows: a LockContext that gives up returns the
+// context's error itself when the peer refused nothing and its transport
+// has not given up, and the transport's reason with it when it has.
+func TestGaveUpSaysWhatItKnows(t *testing.T) {
+	for _, trErr := range []error{nil, errors.New("boom")} {
+		nw := NewChanNetwork(2)
+		p0, err := NewPeer(RicartAgrawala, 0, 2, errTransport{plainTransport{nw.Endpoint(0)}, trErr})
+		require.NoError(t, err)
+		p1, err := NewPeer(RicartAgrawala, 1, 2, errTransport{plainTransport{nw.Endpoint(1)}, trErr})
+		require.NoError(t, err)
+		lockWithin(t, p0, 10*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+		err = p1.LockContext(ctx)
+		cancel()
+		if trErr == nil {
+			assert.Equal(t, context.DeadlineExceeded, err)
+		} else {
+			require.ErrorIs(t, err, context.DeadlineExceeded)
+			assert.Equal(t, "context deadline exceeded; the transport gave up: boom", err.Error())
+		}
+		p0.Unlock()
+		require.NoError(t, p0.Close())
+		require.NoError(t, p1.Close())
+	}
 }

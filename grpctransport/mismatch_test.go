@@ -14,6 +14,7 @@ import (
 
 	"github.com/dmutex/dmutex"
 	"github.com/dmutex/dmutex/grpctransport/internal/wirepb"
+	"github.com/dmutex/dmutex/internal/testpki"
 )
 
 // clusterPeers starts n peers of alg over Insecure transports that name
@@ -113,6 +114,87 @@ func TestNewPeerRefusesAnotherFloor(t *testing.T) {
 	_, err = New(0, addrs, Insecure(), WithFenceFloor(dmutex.MaxFenceFloor+1))
 	require.ErrorIs(t, err, dmutex.ErrInvalidConfig)
 	assert.ErrorContains(t, err, "WithFenceFloor")
+	var o options
+	require.NoError(t, WithFenceFloor(dmutex.MaxFenceFloor).apply(&o), "the largest floor")
+	assert.Equal(t, uint64(dmutex.MaxFenceFloor), o.floor)
+}
+
+// mismatchedPair starts peer 0 (Ricart-Agrawala) and peer 1 (Lamport),
+// with opts, where peer 1 reaches peer 0 only through a proxy that, to
+// begin with, closes every connection: peer 0's stream to peer 1 is
+// refused, and peer 1's to peer 0 does not get through.
+func mismatchedPair(t *testing.T, opts func(id int) []Option) ([2]*Transport, *proxy) {
+	t.Helper()
+	ls, addrs := listeners(t, 2)
+	px := newProxy(t, addrs[0])
+	px.refuse.Store(true)
+	var trs [2]*Transport
+	for i, a := range [][]string{addrs, {px.addr(), addrs[1]}} {
+		alg := []dmutex.Algorithm{dmutex.RicartAgrawala, dmutex.Lamport}[i]
+		tr, err := New(i, a, append([]Option{WithListener(ls[i]), fastRetry, quiet, WithCluster(alg, "")}, opts(i)...)...)
+		require.NoError(t, err)
+		trs[i] = tr
+		t.Cleanup(func() { require.NoError(t, tr.Close()) })
+	}
+	return trs, px
+}
+
+// TestMismatchLingers makes the race of TestClusterMismatch certain:
+// peer 0's own stream is refused, so it gives up and closes, before peer
+// 1's stream got through. Peer 0's Close waits until that stream arrives
+// and refuses it, so that peer 1 gives up too, and returns at once then;
+// peer 1's Close does not wait, since peer 0's stream was answered.
+// Closed again, peer 0 does not wait again.
+func TestMismatchLingers(t *testing.T) {
+	trs, px := mismatchedPair(t, insecureOpts)
+	require.Eventually(t, func() bool { return trs[0].Err() != nil }, 20*time.Second, time.Millisecond)
+	assert.NoError(t, trs[1].Err(), "peer 1 knows before its stream got through")
+	closed := make(chan time.Duration, 1)
+	go func() {
+		start := time.Now()
+		assert.NoError(t, trs[0].Close())
+		closed <- time.Since(start)
+	}()
+	time.Sleep(50 * time.Millisecond) // peer 0 is in Close
+	px.refuse.Store(false)
+	require.Eventually(t, func() bool { return trs[1].Err() != nil }, 20*time.Second, time.Millisecond, "peer 1 never learnt")
+	assert.ErrorContains(t, trs[1].Err(), "peer 0 refused peer 1: cluster mismatch")
+	assert.Less(t, <-closed, lingerMax-100*time.Millisecond, "peer 0 waited past its refusal of peer 1")
+	start := time.Now()
+	require.NoError(t, trs[1].Close())
+	require.NoError(t, trs[0].Close())
+	assert.Less(t, time.Since(start), lingerMax/2, "peer 1 waited, though peer 0's stream was answered, or peer 0 waited again")
+}
+
+// TestMismatchLingersAtMostASecond: when the other peer's stream never
+// comes, Close waits lingerMax, and a second Close does not wait again.
+func TestMismatchLingersAtMostASecond(t *testing.T) {
+	trs, _ := mismatchedPair(t, insecureOpts)
+	require.Eventually(t, func() bool { return trs[0].Err() != nil }, 20*time.Second, time.Millisecond)
+	start := time.Now()
+	require.NoError(t, trs[0].Close())
+	d := time.Since(start)
+	assert.GreaterOrEqual(t, d, lingerMax-10*time.Millisecond)
+	assert.Less(t, d, lingerMax+5*time.Second)
+	start = time.Now()
+	require.NoError(t, trs[0].Close())
+	assert.Less(t, time.Since(start), lingerMax/2, "the second Close waited again")
+}
+
+// TestTLSMismatchIsFinal: with TLS the certificate proves the sender, so
+// an incoming stream of another cluster is final, though this side's own
+// stream never got through, and a side that gave up does not linger.
+func TestTLSMismatchIsFinal(t *testing.T) {
+	ca := testpki.New(t)
+	trs, _ := mismatchedPair(t, func(id int) []Option { return []Option{WithTLS(ca.Config(t, PeerName(id)))} })
+	require.Eventually(t, func() bool { return trs[1].Err() != nil }, 20*time.Second, time.Millisecond,
+		"peer 1 refused peer 0's stream and did not give up")
+	assert.ErrorContains(t, trs[1].Err(), "cluster mismatch: peer 0 runs ricart-agrawala")
+	require.Eventually(t, func() bool { return trs[0].Err() != nil }, 20*time.Second, time.Millisecond)
+	start := time.Now()
+	require.NoError(t, trs[0].Close())
+	require.NoError(t, trs[1].Close())
+	assert.Less(t, time.Since(start), lingerMax/2, "a TLS peer lingered")
 }
 
 // TestForgedHelloLeavesTheClusterWorking has a raw gRPC client send peer

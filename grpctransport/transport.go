@@ -947,9 +947,10 @@ func (is *inStream) acknowledge() error {
 				return t.streamEnd(is.from, err)
 			}
 		case err := <-is.end:
-			if is.from >= 0 && status.Code(err) == codes.FailedPrecondition {
-				// The refusal goes out as this handler returns, and Close
-				// waits for handlers: see linger.
+			if is.from >= 0 {
+				// The hello was read, and refused or answered: a refusal
+				// goes out as this handler returns, and Close waits for
+				// handlers. See linger.
 				t.answered[is.from].Store(true)
 			}
 			if is.fatal != nil {

@@ -305,7 +305,13 @@ func TestRestartedSender(t *testing.T) {
 	require.NoError(t, err)
 	tr1, err = New(1, addrs, WithListener(l), Insecure(), fastRetry, quiet)
 	require.NoError(t, err)
-	defer func() { require.NoError(t, tr1.Close()) }()
+	defer func() {
+		// Peer 0's stream to the new process was answered (accepted):
+		// Close does not wait for it (see linger).
+		start := time.Now()
+		require.NoError(t, tr1.Close())
+		assert.Less(t, time.Since(start), lingerMax/2)
+	}()
 	require.NoError(t, tr1.Send(0, msg(1, 0, 1)))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
