@@ -219,3 +219,90 @@ func TestRecoveryNeverSuspectsAPeerNeverReached(t *testing.T) {
 	require.NoError(t, <-locked, "peer 2, once met and then cut, is suspected, and the peer goes on without it")
 	p.Unlock()
 }
+
+// TestRecoveryNeverReachedWithinTheBound: a peer never reached counts as
+// unheard only once it has been away for the bound, as a suspicion would:
+// until then a request that needs it waits, and a LockContext that gives
+// up returns its context's error alone.
+func TestRecoveryNeverReachedWithinTheBound(t *testing.T) {
+	tr := newScriptReach()
+	tr.down[2] = time.Now()
+	p, err := NewPeer(RicartAgrawala, 0, 3, tr, WithRecovery(), WithUnreachableAfter(time.Hour))
+	require.NoError(t, err)
+	defer p.Close()
+	tr.signal()
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	assert.Equal(t, context.DeadlineExceeded, p.LockContext(ctx))
+	assert.Empty(t, p.Suspected())
+}
+
+// TestRecoveryAsksAgainAfterASeenCut: a cut that the watcher saw, shorter
+// than the bound, makes the peer ask peer 1 again once it is back, though
+// the transport gives no time for the heal (as gRPC, which loses nothing
+// while a link is down, does not); while peer 1 is still down, looks ask
+// nothing. Without recovery, the machine is told nothing of the cut, and
+// nothing is sent.
+func TestRecoveryAsksAgainAfterASeenCut(t *testing.T) {
+	start := func(t *testing.T, alg Algorithm, opts ...Option) (*scriptReach, *Peer, func()) {
+		tr := newScriptReach()
+		tr.asked = make(chan int, 16)
+		p, err := NewPeer(alg, 0, 2, tr, append(opts, WithUnreachableAfter(time.Hour))...)
+		require.NoError(t, err)
+		t.Cleanup(func() { p.Close() })
+		looked := func() { // the watcher asked about peer 1 (and, the next time, had applied that look)
+			t.Helper()
+			select {
+			case <-tr.asked:
+			case <-time.After(10 * time.Second):
+				t.Fatal("the watcher never asked")
+			}
+		}
+		looked()
+		return tr, p, looked
+	}
+	quiet := func(t *testing.T, tr *scriptReach, looked func(), what string) {
+		t.Helper()
+		for range 2 {
+			tr.signal()
+			looked()
+		}
+		select {
+		case m := <-tr.sent:
+			t.Fatalf("sent %v %s", m, what)
+		default:
+		}
+	}
+	heal := func(tr *scriptReach) {
+		tr.mu.Lock()
+		delete(tr.down, 1)
+		tr.mu.Unlock()
+		tr.signal()
+	}
+
+	t.Run("recovery", func(t *testing.T) {
+		tr, p, looked := start(t, RicartAgrawala, WithRecovery())
+		locked := make(chan error, 1)
+		go func() { locked <- p.LockContext(context.Background()) }()
+		first := tr.nextSent(t)
+		require.Equal(t, KindRequest, first.Kind)
+		tr.cut(1)
+		looked()
+		quiet(t, tr, looked, "while peer 1 is down")
+		heal(tr)
+		looked()
+		assert.Equal(t, first, tr.nextSent(t), "the request again")
+		tr.in <- Message{Kind: KindReply, From: 1, To: 0, TS: 1, Ref: first.TS}
+		require.NoError(t, <-locked)
+		p.Unlock()
+	})
+
+	t.Run("no recovery", func(t *testing.T) {
+		tr, _, looked := start(t, Centralized)
+		tr.cut(1)
+		looked()
+		heal(tr)
+		looked()
+		quiet(t, tr, looked, "after a cut, without recovery")
+	})
+}

@@ -233,3 +233,24 @@ func TestGaveUpSaysWhatItKnows(t *testing.T) {
 		require.NoError(t, p1.Close())
 	}
 }
+
+// floorTransport announces a fence floor, as grpctransport's does.
+type floorTransport struct {
+	plainTransport
+	floor uint64
+}
+
+func (f floorTransport) FenceFloor() uint64 { return f.floor }
+
+// TestNewPeerChecksTheTransportsFloor: NewPeer takes a transport that
+// announces the peer's own floor, and refuses one that announces another.
+func TestNewPeerChecksTheTransportsFloor(t *testing.T) {
+	nw := NewChanNetwork(1)
+	defer nw.Close()
+	_, err := NewPeer(Centralized, 0, 1, floorTransport{plainTransport{nw.Endpoint(0)}, 8}, WithFenceFloor(7))
+	require.ErrorIs(t, err, ErrInvalidConfig)
+	assert.ErrorContains(t, err, "announces fence floor 8 to the other peers, but the peer was given 7")
+	p, err := NewPeer(Centralized, 0, 1, floorTransport{plainTransport{nw.Endpoint(0)}, 7}, WithFenceFloor(7))
+	require.NoError(t, err)
+	require.NoError(t, p.Close())
+}

@@ -214,3 +214,26 @@ func TestSKRecoveryRuntime(t *testing.T) {
 		})
 	}
 }
+
+// TestSKReachedGuards: evReached starts a round only in a cluster with
+// recovery, for another peer of the cluster. A coordinator without
+// recovery keeps its token and sends nothing; with recovery, a peer id
+// out of range or its own is ignored, and another peer's return starts a
+// round, which the coordinator begins by telling every other peer.
+func TestSKReachedGuards(t *testing.T) {
+	reached := func(j int) event { return event{kind: evReached, msg: Message{From: j, To: 0}} }
+	cfg, err := newConfig(SuzukiKasami, 3, forWorld, nil)
+	require.NoError(t, err)
+	m, err := cfg.newMachine(SuzukiKasami, 0, 3)
+	require.NoError(t, err)
+	plain := m.(*suzukiKasami)
+	assert.Empty(t, skStep(plain, reached(1)).msgs, "without recovery")
+	assert.True(t, plain.hasToken())
+	for _, j := range []int{-1, 0, 3} {
+		s := newSKRecovery(t, 0, 3)
+		assert.Empty(t, skStep(s, reached(j)).msgs, "peer %d", j)
+		assert.True(t, s.hasToken(), "peer %d", j)
+	}
+	s := newSKRecovery(t, 0, 3)
+	assert.Len(t, skStep(s, reached(1)).msgs, 2, "a round: a coordinator message to each other peer")
+}
