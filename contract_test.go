@@ -266,3 +266,32 @@ func TestWorldChecksEachRest(t *testing.T) {
 	require.ErrorIs(t, err, ErrViolation)
 	assert.ErrorContains(t, err, "at rest, peer 0 is restless")
 }
+
+// TestWorldFencesEndAtMaxFence: fences never pass MaxFence. With
+// WithRecovery each peer takes fences of its own class (id mod n): from
+// MaxFence-1, peer 1 (whose class MaxFence is in) takes MaxFence, the
+// last; peer 0's next is past the end, so its hold has none, and no later
+// hold of anyone's does.
+func TestWorldFencesEndAtMaxFence(t *testing.T) {
+	w, err := NewWorld(RicartAgrawala, 2, WorldConfig{}, WithRecovery())
+	require.NoError(t, err)
+	for i := range w.peers {
+		w.peers[i].d.fenced = true
+		w.peers[i].d.fence = MaxFence - 1
+	}
+	holdOf := func(p int) uint64 {
+		t.Helper()
+		require.NoError(t, w.Request(p))
+		deliverAll(t, w, 10)
+		require.True(t, w.Peer(p).Inside, "%v", w)
+		f := w.peers[p].d.holdFence
+		_, err := w.Apply(Transition{Kind: TransLeave, Peer: p})
+		require.NoError(t, err)
+		deliverAll(t, w, 10)
+		return f
+	}
+	assert.Equal(t, uint64(MaxFence), holdOf(1), "the last fence, in peer 1's class")
+	assert.Zero(t, holdOf(0), "peer 0's class has no fence left")
+	assert.Equal(t, uint64(MaxFence), w.peers[0].d.fence, "and its fence stops at the end")
+	assert.Zero(t, holdOf(1), "nor has anyone's after it")
+}
