@@ -270,16 +270,19 @@ func TestWorldChecksEachRest(t *testing.T) {
 // TestWorldFencesEndAtMaxFence: fences never pass MaxFence. With
 // WithRecovery each peer takes fences of its own class (id mod n): from
 // MaxFence-1, peer 1 (whose class MaxFence is in) takes MaxFence, the
-// last; peer 0's next is past the end, so its hold has none, and no later
-// hold of anyone's does.
+// last; peer 0's next is past the end, so its hold has none, its fence
+// stops at MaxFence, and no later hold of anyone's has one.
 func TestWorldFencesEndAtMaxFence(t *testing.T) {
-	w, err := NewWorld(RicartAgrawala, 2, WorldConfig{}, WithRecovery())
-	require.NoError(t, err)
-	for i := range w.peers {
-		w.peers[i].d.fenced = true
-		w.peers[i].d.fence = MaxFence - 1
+	world := func() *World {
+		w, err := NewWorld(RicartAgrawala, 2, WorldConfig{}, WithRecovery())
+		require.NoError(t, err)
+		for i := range w.peers {
+			w.peers[i].d.fenced = true
+			w.peers[i].d.fence = MaxFence - 1
+		}
+		return w
 	}
-	holdOf := func(p int) uint64 {
+	holdOf := func(w *World, p int) uint64 {
 		t.Helper()
 		require.NoError(t, w.Request(p))
 		deliverAll(t, w, 10)
@@ -290,8 +293,34 @@ func TestWorldFencesEndAtMaxFence(t *testing.T) {
 		deliverAll(t, w, 10)
 		return f
 	}
-	assert.Equal(t, uint64(MaxFence), holdOf(1), "the last fence, in peer 1's class")
-	assert.Zero(t, holdOf(0), "peer 0's class has no fence left")
+	w := world()
+	assert.Equal(t, uint64(MaxFence), holdOf(w, 1), "the last fence, in peer 1's class")
+	assert.Zero(t, holdOf(w, 0), "after it, none")
+
+	w = world()
+	assert.Zero(t, holdOf(w, 0), "peer 0's class has no fence left")
 	assert.Equal(t, uint64(MaxFence), w.peers[0].d.fence, "and its fence stops at the end")
-	assert.Zero(t, holdOf(1), "nor has anyone's after it")
+	assert.Zero(t, holdOf(w, 1), "so no later hold of anyone's has one")
+}
+
+// TestWorldNoFenceAfterTheLast: once a peer's fence is MaxFence its holds
+// have none, even where the machine names MaxFence again (Suzuki-Kasami's
+// token in its last epoch does).
+func TestWorldNoFenceAfterTheLast(t *testing.T) {
+	w, err := NewWorld(SuzukiKasami, 2, WorldConfig{}, WithRecovery())
+	require.NoError(t, err)
+	for i := range w.peers {
+		w.peers[i].d.fenced = true
+		w.peers[i].d.fence = MaxFence
+		w.ms[i].(*suzukiKasami).epoch = MaxFence / FenceEpoch
+	}
+	for _, p := range []int{1, 0, 1} {
+		require.NoError(t, w.Request(p))
+		deliverAll(t, w, 10)
+		require.True(t, w.Peer(p).Inside, "%v", w)
+		assert.Zero(t, w.peers[p].d.holdFence, "peer %d", p)
+		_, err := w.Apply(Transition{Kind: TransLeave, Peer: p})
+		require.NoError(t, err)
+		deliverAll(t, w, 10)
+	}
 }
