@@ -1,6 +1,7 @@
 package dmutex
 
 import (
+	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -323,4 +324,35 @@ func TestWorldNoFenceAfterTheLast(t *testing.T) {
 		require.NoError(t, err)
 		deliverAll(t, w, 10)
 	}
+}
+
+// TestWorldRefusalIsAStep: the delivery that refuses a try says so in its
+// StepResult, is recorded in the trace, and counts as progress (as an
+// entry does) for the livelock count that Idle returns.
+func TestWorldRefusalIsAStep(t *testing.T) {
+	w, err := NewWorld(Centralized, 2, WorldConfig{})
+	require.NoError(t, err)
+	require.NoError(t, w.Request(0))
+	deliverAll(t, w, 10)
+	require.True(t, w.Peer(0).Inside)
+	require.NoError(t, w.Try(1))
+	var last StepResult
+	for len(w.Messages()) > 0 {
+		require.False(t, last.Refused, "only the last delivery refuses")
+		tr := w.Transitions()
+		i := slices.IndexFunc(tr, func(t Transition) bool { return t.Kind == TransDeliver })
+		require.GreaterOrEqual(t, i, 0)
+		last, err = w.Apply(tr[i])
+		require.NoError(t, err)
+	}
+	assert.True(t, last.Refused, "%v", last)
+	assert.Zero(t, w.Idle(), "a refusal is progress")
+	var refused int
+	for _, e := range w.Events() {
+		if e.Kind == EventRefused {
+			refused++
+			assert.Equal(t, 1, e.Peer)
+		}
+	}
+	assert.Equal(t, 1, refused)
 }
