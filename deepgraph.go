@@ -28,50 +28,68 @@ import (
 // component: several times the whole search's time, for less than half
 // of what a state costs here.
 //
-// Why the result is exactly the breadth-first search's:
+// Why the result is the breadth-first search's:
 //
 //   - Both searches explore the states reachable from the start, as
 //     fingerprints tell them apart, and both take, from each state, every
 //     transition appendTransitions lists, in its order. The depth-first
 //     search reserves a state's edges when it first examines the state,
 //     one slot a transition in that order, and fills each slot when it
-//     takes that transition: so when it completes it holds, for each
-//     state, the same ordered list of edges (target state, class, peer
-//     let in) as the breadth-first search, up to the names of the states
-//     and of the classes of an unordered network, which both number in
-//     the order they first meet them. The class of an edge depends on its
-//     source only (a suspicion is owed when its target has crashed in the
-//     source), which is the world examined when the edge is taken.
-//   - The breadth-first numbering depends on nothing but that graph: the
-//     start is 0, and the states are numbered in the order they are first
-//     met as the states are expanded in numbering order, each along its
-//     edges in order. renumber replays exactly that over the stored graph
-//     (a breadth-first pass over int32 arrays, no World), and gives each
-//     state its breadth-first number and parent, each unordered class its
-//     breadth-first number, and the table of hashes the new numbers.
-//   - What the breadth-first search records as it goes is then recomputed
-//     in its order: the first deadlock it would have met is the deadlocked
-//     state with the smallest number, and, with Fenced, the first step
-//     that let two peers in is the first flagged edge in numbering order.
-//     Every count (states, transitions, blocked states) is a sum over
-//     states or edges and does not depend on the order.
+//     takes that transition. Two worlds with one encoding step alike (the
+//     encoding's promise, which TestStateEncodingIsFaithful checks), so
+//     whichever world of a state a search expands, the state's edges
+//     (target state, class, peer let in) are the same multiset. The class
+//     of an edge depends on its source only (a suspicion is owed when its
+//     target has crashed in the source), which is the world examined
+//     when the edge is taken.
+//   - Over FIFO queues the order of a state's transitions is a function
+//     of its encoding too (peers and pairs in order), so the two graphs
+//     are the same ordered lists of edges, up to the names of the states.
+//     The breadth-first numbering depends on nothing but that: the start
+//     is 0, and the states are numbered in the order they are first met
+//     as the states are expanded in numbering order, each along its edges
+//     in order. renumber replays exactly that over the stored graph (a
+//     breadth-first pass over int32 arrays, no World), and gives each
+//     state its breadth-first number and parent, and the table of hashes
+//     the new numbers: the arrays are the very ones the breadth-first
+//     search builds (TestDepthFirstGraphAgrees compares them).
+//   - Over an unordered network a world lists its deliveries in the order
+//     it got the messages, which the encoding leaves out, and the two
+//     searches may expand different worlds of one state: the graphs are
+//     then the same up to the order of each state's edges, and the
+//     numbering is a breadth-first one, not necessarily the same one.
+//     What liveness decides does not depend on names or edge order: a
+//     fair component of the states where p waits exists or not, the most
+//     entries on a path is a property of the graph, and so are the fates
+//     after a fault. A counterexample is still a shortest path from the
+//     start (a breadth-first parent chain) to a deadlock, and a lasso is
+//     still a fair loop (fairCycle's argument holds for any numbering),
+//     but they may be other steps than the breadth-first search's. The
+//     classes of an unordered network are renamed in the order this
+//     numbering meets them, as the breadth-first search names them.
+//   - What the breadth-first search records as it goes is recomputed in
+//     the new order: the first deadlock it meets is the deadlocked state
+//     with the smallest number, and, with Fenced, the first step that let
+//     two peers in is the first flagged edge in numbering order. Every
+//     count (states, transitions, blocked states) is a sum over states or
+//     edges and does not depend on the order.
 //
-// So liveness, fate and every counterexample built from the graph see
-// the arrays, numbers and parents the breadth-first search would have
-// built, and decide the same verdicts, bounds and lassos. Where the
-// depth-first search could not reproduce the breadth-first one it does
-// not try: a safety violation (or a broken fenced store, or a promise at
-// rest) stops the breadth-first search at its first one, a shortest
-// counterexample, so when the depth-first search meets one, explore runs
-// the breadth-first search again from the start (a broken machine is
+// So liveness, fate and every counterexample built from the graph decide
+// the same verdicts and bounds as the breadth-first search, and over FIFO
+// queues the same counterexamples step for step. Where the depth-first
+// search could not reproduce the breadth-first one it does not try: a
+// safety violation (or a broken fenced store, or a promise at rest) stops
+// the breadth-first search at its first one, a shortest counterexample,
+// with counts up to it, so when the depth-first search meets one, explore
+// runs the breadth-first search again from the start (a broken machine is
 // usually found within a few thousand states); StopAtDeadlock and Workers
 // use the breadth-first search throughout. When a limit or the context
 // stops the depth-first search, the states it saw are renumbered the
 // same way over the edges it had taken, so a deadlock it found is reported
 // by a shortest path among them, not always a shortest one overall; the
-// counts are of what it saw. A fingerprint collision (see Check) is the
-// one thing that can make the two searches differ: which of two colliding
-// states is explored depends on the order.
+// counts are of what it saw. A fingerprint collision (see Check) can make
+// the two searches differ: which of two colliding states is explored
+// depends on the order.
 
 // deepFrame is one state on the depth-first path: its world, its
 // number, its transitions and the next one to take.
