@@ -1,6 +1,8 @@
 package dmutex
 
 import (
+	"bytes"
+	"reflect"
 	"slices"
 	"testing"
 
@@ -355,4 +357,49 @@ func TestWorldRefusalIsAStep(t *testing.T) {
 		}
 	}
 	assert.Equal(t, 1, refused)
+}
+
+// TestDriverEncodingSeesEveryField fails when a field of the driver is
+// neither in its state encoding (appendState) nor in the list of what the
+// encoding leaves out on purpose: a field left out by mistake would let
+// the checker merge states that behave differently.
+func TestDriverEncodingSeesEveryField(t *testing.T) {
+	leftOut := map[string]string{
+		"id":       "the same in every state of a peer",
+		"n":        "the same in every state of a World",
+		"recovery": "a World's configuration, the same in every state",
+		"suspects": "the World's detector encodes whom each peer suspects",
+		"entries":  "a count for Stats: no step reads it",
+	}
+	fencesOnly := map[string]bool{"fence": true, "holdFence": true, "epochDue": true}
+	base := driver{id: 1, n: 3, waiting: 1, fenced: true, fence: 7, holdFence: 5}
+	typ := reflect.TypeFor[driver]()
+	for i := range typ.NumField() {
+		name := typ.Field(i).Name
+		changed := base
+		f := reflect.ValueOf(&changed).Elem().Field(i)
+		f = reflect.NewAt(f.Type(), f.Addr().UnsafePointer()).Elem() // unexported: set it all the same
+		switch f.Kind() {
+		case reflect.Bool:
+			f.SetBool(!f.Bool())
+		case reflect.Int:
+			f.SetInt(f.Int() + 1)
+		case reflect.Uint64:
+			f.SetUint(f.Uint() + 1)
+		default:
+			t.Fatalf("driver.%s: a field of kind %s; teach this test to change it", name, f.Kind())
+		}
+		seen := !bytes.Equal(base.appendState(nil), changed.appendState(nil))
+		if why, ok := leftOut[name]; ok {
+			assert.False(t, seen, "driver.%s is left out of the encoding (%s), but it is in it", name, why)
+			continue
+		}
+		assert.True(t, seen, "driver.%s is not in the driver's state encoding", name)
+		if fencesOnly[name] {
+			unfenced, changedUnfenced := base, changed
+			unfenced.fenced, changedUnfenced.fenced = false, false
+			assert.Equal(t, unfenced.appendState(nil), changedUnfenced.appendState(nil),
+				"driver.%s: a World without the fenced store leaves the fences out", name)
+		}
+	}
 }
