@@ -45,7 +45,9 @@
 // refused with an error naming both sides, which Barrier and Err return.
 // Under Insecure a refused incoming hello alone proves nothing, so the
 // receiver warns and goes on, and gives up only when the peer refuses the
-// stream it dialed to that peer's address (see Err). A frame whose fencing
+// stream it dialed to that peer's address, or, for a restart, when that
+// stream is answered by another process of the peer than the one it had
+// heard from (see Err). A frame whose fencing
 // token exceeds MaxFence is refused.
 //
 // # Security

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -15,6 +16,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/dmutex/dmutex/grpctransport/internal/wirepb"
 )
 
 // listeners opens n listeners on free loopback ports and returns them with
@@ -141,4 +144,50 @@ func openRaw(t *testing.T, addr string, creds credentials.TransportCredentials, 
 			return errAcked
 		}
 	}
+}
+
+// fakeLink plays a peer's Link service at its configured address, as far
+// as a transport that dials it sees: it answers each stream's hello with
+// an acknowledgement carrying the epoch it holds, as a transport does,
+// reads the frames and drops them, and ends the stream when its epoch
+// changes (a restart), so that the dialing transport opens another one.
+type fakeLink struct {
+	wirepb.UnimplementedLinkServer
+	epoch *atomic.Uint64
+}
+
+func (f fakeLink) Connect(stream wirepb.Link_ConnectServer) error {
+	fr, err := stream.Recv()
+	if err != nil {
+		return err
+	}
+	e := f.epoch.Load()
+	if err := stream.Send(&wirepb.Ack{Seq: fr.GetHello().GetFirstSeq() - 1, Epoch: e}); err != nil {
+		return err
+	}
+	go func() {
+		for {
+			if _, err := stream.Recv(); err != nil {
+				return
+			}
+		}
+	}()
+	for f.epoch.Load() == e {
+		select {
+		case <-stream.Context().Done():
+			return nil
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	return nil
+}
+
+// serveFakeLink serves a fakeLink with epoch on l until the test ends.
+func serveFakeLink(t testing.TB, l net.Listener, epoch *atomic.Uint64) *grpc.Server {
+	t.Helper()
+	srv := grpc.NewServer()
+	wirepb.RegisterLinkServer(srv, fakeLink{epoch: epoch})
+	go func() { _ = srv.Serve(l) }()
+	t.Cleanup(srv.Stop)
+	return srv
 }

@@ -235,3 +235,43 @@ func TestForgedHelloLeavesTheClusterWorking(t *testing.T) {
 	assert.NotContains(t, logs[1].String(), "level=ERROR")
 	lockAll()
 }
+
+// TestForgedRestartLeavesTheClusterWorking has a raw gRPC client send
+// peer 1 of a running Insecure cluster hellos of the right cluster that
+// claim to be peer 0 with a new epoch, a restart of it. Before, peer 1
+// gave up on the first ("peer 0 restarted") and held peer 0 unreachable
+// for good. Now each is refused, logged at warning level and counted,
+// peer 0 stays reachable, and the cluster goes on entering: the restart
+// is final only once peer 1's own stream to peer 0's address sees it.
+func TestForgedRestartLeavesTheClusterWorking(t *testing.T) {
+	peers, trs, logs, addrs := clusterPeers(t, dmutex.RicartAgrawala, []uint64{0, 0, 0})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	lockAll := func() {
+		t.Helper()
+		for _, p := range peers {
+			require.NoError(t, p.LockContext(ctx))
+			p.Unlock()
+		}
+	}
+	lockAll()
+	for k, first := range []uint64{1, 1, 1 << 40} {
+		h := &wirepb.Hello{From: 0, To: 1, N: 3, Epoch: 1000 + uint64(k), FirstSeq: first, Algorithm: dmutex.RicartAgrawala.String()}
+		b, err := proto.Marshal(&wirepb.Frame{Hello: h})
+		require.NoError(t, err)
+		err = refusal(t, addrs[1], nil, b)
+		require.Equal(t, codes.FailedPrecondition, status.Code(err), "forged hello %d: %v", k, err)
+		assert.ErrorContains(t, err, "peer 0 restarted")
+		lockAll()
+	}
+	for i, tr := range trs {
+		assert.NoError(t, tr.Err(), "peer %d gave up", i)
+	}
+	ok, _ := trs[1].Reachable(0)
+	assert.True(t, ok, "peer 1 holds peer 0 unreachable")
+	assert.Equal(t, uint64(3), trs[1].Stats().Refused)
+	assert.Contains(t, logs[1].String(), "level=WARN")
+	assert.Contains(t, logs[1].String(), "claims a restart")
+	assert.NotContains(t, logs[1].String(), "level=ERROR")
+	lockAll()
+}

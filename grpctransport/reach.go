@@ -83,6 +83,14 @@ func (t *Transport) refusedRestart(j int) {
 	t.setReachable(j, false)
 }
 
+// isGone reports whether peer j's restart was refused for good.
+func (t *Transport) isGone(j int) bool {
+	r := &t.reach
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.gone[j]
+}
+
 // Reachable reports whether the connection to peer id is ready and, if it
 // is not, since when it has not been; see dmutex.Reachability. Before the
 // connection first becomes ready, since is when New was called. A peer

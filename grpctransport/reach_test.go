@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -12,6 +13,7 @@ import (
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
@@ -183,16 +185,18 @@ func TestReachableOverGRPC(t *testing.T) {
 }
 
 // TestRefusedRestartUnreachableAtOnce has peer 0 reach a server at peer
-// 1's address (a bare gRPC server, so the connection stays ready), and
-// then refuse a restart of peer 1, played over raw streams: from the
-// refusal on, peer 1 is unreachable, without waiting for the ready
-// connection to change.
+// 1's address (a fakeLink, so the connection stays ready), and then
+// refuse a restart of peer 1, played over raw streams. Under Insecure the
+// raw hello alone proves nothing: peer 1 stays reachable and peer 0 goes
+// on. Once peer 0's own stream to peer 1's address is answered by the new
+// process, the restart is proven: from then on peer 1 is unreachable,
+// without waiting for the ready connection to change.
 func TestRefusedRestartUnreachableAtOnce(t *testing.T) {
 	const n = 2
 	ls, addrs := listeners(t, n)
-	srv := grpc.NewServer()
-	go func() { _ = srv.Serve(ls[1]) }()
-	defer srv.Stop()
+	var epoch atomic.Uint64
+	epoch.Store(77)
+	serveFakeLink(t, ls[1], &epoch)
 	tr, err := New(0, addrs, WithListener(ls[0]), Insecure(), fastRetry, quiet)
 	require.NoError(t, err)
 	defer func() { require.NoError(t, tr.Close()) }()
@@ -210,7 +214,15 @@ func TestRefusedRestartUnreachableAtOnce(t *testing.T) {
 	stop()
 	err = open(ctx, 78)
 	require.Equal(t, codes.FailedPrecondition, status.Code(err), "%v", err)
+	ok, _ := tr.Reachable(1)
+	assert.True(t, ok, "an unproven restart made peer 1 unreachable")
+	require.NoError(t, tr.Err(), "an unproven restart made peer 0 give up")
+
+	epoch.Store(78) // the fake ends peer 0's stream; the next is answered by process 78
+	require.Eventually(t, func() bool { return tr.Err() != nil }, 30*time.Second, time.Millisecond)
+	assert.ErrorContains(t, tr.Err(), "peer 1 restarted")
 	ok, since := tr.Reachable(1)
 	assert.False(t, ok, "a refused restart is reachable")
 	assert.False(t, since.IsZero())
+	assert.Equal(t, connectivity.Ready, tr.out[1].conn.GetState(), "the connection went down, so this proves nothing")
 }

@@ -62,8 +62,9 @@ const gracePeriod = 2 * time.Second
 // bound of WithMaxQueue, Send refuses more with ErrQueueFull. A peer that restarts has lost its protocol state, which none of
 // the algorithms can recover from (a restarted token holder could create
 // a second token): a transport that had heard from the peer's previous
-// process refuses the new one's streams, both give up (see Err), and it is
-// up to the operator to restart the whole cluster.
+// process refuses the new one's streams, both give up (see Err; under
+// Insecure, once the restart is proven), and it is up to the operator to
+// restart the whole cluster.
 //
 // The zero Transport is not usable; New makes one. A Transport is safe for
 // concurrent use. After Close, Send returns dmutex.ErrClosed, Barrier
@@ -104,10 +105,11 @@ type Transport struct {
 	fmu   sync.Mutex
 	fatal error // the first error that stopped the links for good; see Err
 
-	// Under Insecure, the peer whose refusal of this transport's stream
-	// made it give up (-1 if none), and, per sender, whether a hello of
-	// it was answered: Close waits a little for that peer's hello, so
-	// that the refusal it gets proves the mismatch to it too (see Err).
+	// Under Insecure, the peer whose refusal of this transport's stream,
+	// or whose restart seen on it, made it give up (-1 if none), and, per
+	// sender, whether a hello of it was answered: Close waits a little for
+	// that peer's hello, so that the refusal it gets proves the mismatch
+	// (or the refused restart) to it too (see Err).
 	refusedBy atomic.Int64
 	answered  []atomic.Bool
 
@@ -132,6 +134,11 @@ type outbox struct {
 	next    uint64          // sequence number of the next frame
 	acked   uint64          // every frame up to acked was delivered
 	sentMax uint64          // highest sequence number ever sent
+
+	// The epoch of the peer's process that answered the last stream to
+	// it, from the first Ack (0 until one carried it): under Insecure,
+	// what proves a restart of the peer (see Err).
+	peerEpoch uint64
 
 	// The current stream, once its hello is out (else nil), the highest
 	// sequence number sent on it, and whether a goroutine is sending on
@@ -562,6 +569,16 @@ func (t *Transport) runLink(o *outbox) {
 		if t.ctx.Err() != nil {
 			return
 		}
+		if restarted := (*restartError)(nil); errors.As(err, &restarted) {
+			// This side's own stream to peer o.to's address was answered
+			// by a new process of it: proof of the restart under
+			// Insecure. Its streams to this side are refused from now on,
+			// so it gives up too; see linger.
+			t.refusedBy.CompareAndSwap(-1, int64(o.to))
+			t.refusedRestart(o.to)
+			t.fail(restarted)
+			return
+		}
 		if status.Code(err) == codes.FailedPrecondition {
 			// The peer refused this cluster's configuration or this
 			// process: trying again cannot help.
@@ -713,10 +730,38 @@ func (t *Transport) readAcks(stream wirepb.Link_ConnectClient, o *outbox) error 
 			}
 			return err
 		}
+		if e := a.GetEpoch(); e != 0 && t.opt.insecure {
+			if err := t.peerProcess(o, e); err != nil {
+				return err
+			}
+		}
 		if err := t.applyAck(o, a.GetSeq()); err != nil {
 			return err
 		}
 	}
+}
+
+// A restartError says that a peer restarted while this transport had heard
+// from its previous process.
+type restartError struct{ from, to int }
+
+func (e *restartError) Error() string {
+	return fmt.Sprintf("dmutex: peer %d restarted (its transport is a new process) while peer %d had heard from its previous process: "+
+		"a restarted peer has lost its protocol state and cannot rejoin; restart the whole cluster", e.from, e.to)
+}
+
+// peerProcess records that the process of o's peer that answered this
+// transport's stream, at the address configured for it, has epoch e, and
+// returns a restartError if an earlier stream was answered by another
+// process of it, or if this transport received from another process of it.
+func (t *Transport) peerProcess(o *outbox, e uint64) error {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if cur := t.in[o.to].ackEpoch.Load(); (o.peerEpoch != 0 && e != o.peerEpoch) || (cur != 0 && e != cur) {
+		return &restartError{from: o.to, to: t.id} // keep the old epoch, so a next stream finds it again
+	}
+	o.peerEpoch = e
+	return nil
 }
 
 // applyAck lets o forget the frames up to seq, which its peer delivered.
@@ -786,9 +831,16 @@ func (t *Transport) fail(err error) {
 // a refusal of this transport's own stream to the peer, dialed at the
 // address configured for it, which speaks for that peer: two honest
 // peers that disagree each refuse the other's stream, and so both give
-// up. A transport that gave up so waits in Close, for up to a second,
-// until it has answered the other peer's stream in turn, so that a peer
-// that exits at once still lets the other one know. With TLS, the
+// up. Likewise a stream whose hello claims a restart of its sender (a new
+// epoch) is refused, warned about and counted, and the transport goes on
+// serving the process it knows; the restart is final once this
+// transport's own stream to the peer's address is answered by another
+// process of it (the epoch in the hello's acknowledgement), and a
+// restarted peer, refused, gives up as above. A hello that reaches a
+// transport before the real peer's first one is believed, as any frame
+// is under Insecure. A transport that gave up so waits in Close, for up
+// to a second, until it has answered the other peer's stream in turn, so
+// that a peer that exits at once still lets the other one know. With TLS, the
 // certificate proves the sender, and a refused incoming stream is final
 // too.
 func (t *Transport) Err() error {
@@ -927,8 +979,12 @@ func (is *inStream) acknowledge() error {
 		if acked && !force && (last <= sent || last <= is.carried()) {
 			return nil // acknowledged already, here or on a frame the other way
 		}
+		a := &wirepb.Ack{Seq: last}
+		if !acked {
+			a.Epoch = t.epoch // the hello's acknowledgement: see peerProcess
+		}
 		sent, acked = last, true
-		return is.stream.Send(&wirepb.Ack{Seq: last})
+		return is.stream.Send(a)
 	}
 	timer := time.NewTimer(t.ackDelay)
 	timer.Stop()
@@ -1059,8 +1115,17 @@ func (is *inStream) read() error {
 		// Until dmutex can take a peer back after a crash, a restarted
 		// peer must not rejoin: it has forgotten its requests, grants
 		// and tokens, and a token holder could create a second token.
-		err := fmt.Errorf("dmutex: peer %d restarted (its transport is a new process) while peer %d had heard from its previous process: "+
-			"a restarted peer has lost its protocol state and cannot rejoin; restart the whole cluster", from, t.id)
+		err := &restartError{from: from, to: t.id}
+		if t.opt.insecure && !t.isGone(from) {
+			// Unproven: refuse it, so that an honest restarted sender
+			// gives up, but go on serving the process this transport
+			// knows; the restart is final once this transport's own
+			// stream to the peer sees it (peerProcess). See Err.
+			t.refused.Add(1)
+			t.log.Warn("dmutex: grpctransport: stream refused, its hello claims a restart of its sender; "+
+				"not giving up, since nothing proves who sent it (Insecure)", "from", from, "err", err)
+			return status.Error(codes.FailedPrecondition, err.Error())
+		}
 		is.fatal = err
 		t.refusedRestart(from)
 		return refuse(codes.FailedPrecondition, err)

@@ -287,7 +287,11 @@ func TestRestartedReceiver(t *testing.T) {
 // TestRestartedSender closes peer 1 and starts a new process of it: peer 0,
 // which had heard from the old process, refuses the new one's stream, and
 // both give up with an error that says why, rather than let a peer that
-// has lost its state (perhaps a token) back in.
+// has lost its state (perhaps a token) back in. Under Insecure, peer 1
+// gives up at the refusal of the stream it dialed, and peer 0 once its
+// own stream to peer 1's address is answered by the new process (the
+// epoch in the acknowledgement of its hello), which may come a little
+// later.
 func TestRestartedSender(t *testing.T) {
 	ls, addrs := listeners(t, 2)
 	tr0, err := New(0, addrs, WithListener(ls[0]), Insecure(), fastRetry, quiet)
@@ -318,6 +322,7 @@ func TestRestartedSender(t *testing.T) {
 	err = tr1.Barrier(ctx)
 	require.ErrorContains(t, err, "peer 1 restarted")
 	require.ErrorContains(t, err, "peer 0 refused peer 1")
+	require.Eventually(t, func() bool { return tr0.Err() != nil }, 30*time.Second, time.Millisecond, "peer 0 never saw the restart")
 	require.ErrorContains(t, tr0.Err(), "peer 1 restarted")
 	require.Equal(t, err, tr1.Err(), "Err after Barrier")
 	// The refused process is no part of the cluster: unreachable for good,
@@ -1410,19 +1415,25 @@ func TestReconnectWithTheSmallestBackoff(t *testing.T) {
 // with a reason naming both sides' clusters (a side without WithCluster as
 // running an unnamed algorithm), logged and counted, but peer 0 does not
 // give up: nothing proves who sent it. Then a restart of the process it
-// went on to serve makes it give up, and a later mismatch leaves Err
-// naming that first reason.
+// went on to serve, claimed by a raw stream (refused, not final either)
+// and seen by peer 0's own stream to peer 1's address (a fakeLink), makes
+// it give up, and a later mismatch leaves Err naming that first reason.
 func TestErrKeepsTheFirstReason(t *testing.T) {
 	const n = 2
 	var logs logBuffer
 	tr, conn := peerZeroAndRawClient(t, n, WithLogger(logs.logger()))
+	l, err := net.Listen("tcp", tr.addrs[1])
+	require.NoError(t, err)
+	var epoch atomic.Uint64
+	epoch.Store(77)
+	serveFakeLink(t, l, &epoch)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	open := func(ctx context.Context, epoch uint64, alg string) error {
 		_, err := openStream(t, ctx, conn, &wirepb.Hello{From: 1, To: 0, N: n, Epoch: epoch, FirstSeq: 1, Algorithm: alg})()
 		return err
 	}
-	err := open(ctx, 76, dmutex.Lamport.String())
+	err = open(ctx, 76, dmutex.Lamport.String())
 	require.Equal(t, codes.FailedPrecondition, status.Code(err), "%v", err)
 	require.ErrorContains(t, err, "cluster mismatch: peer 1 runs "+dmutex.Lamport.String()+" with n=2 and no options, "+
 		"peer 0 runs an unnamed algorithm with n=2 and no options")
@@ -1437,6 +1448,10 @@ func TestErrKeepsTheFirstReason(t *testing.T) {
 	err = open(ctx, 78, "")
 	require.Equal(t, codes.FailedPrecondition, status.Code(err), "%v", err)
 	require.ErrorContains(t, err, "peer 1 restarted")
+	require.NoError(t, tr.Err(), "an unproven restart made peer 0 give up")
+	assert.Contains(t, logs.String(), "claims a restart")
+	epoch.Store(78)
+	require.Eventually(t, func() bool { return tr.Err() != nil }, 30*time.Second, time.Millisecond)
 	require.ErrorContains(t, tr.Err(), "peer 1 restarted")
 	err = open(ctx, 79, dmutex.Lamport.String())
 	require.Equal(t, codes.FailedPrecondition, status.Code(err), "%v", err)

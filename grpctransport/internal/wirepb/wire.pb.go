@@ -132,7 +132,9 @@ type Hello struct {
 	// refuses a stream whose n, algorithm or options differ from its own
 	// with FAILED_PRECONDITION, and so does it a stream from a new epoch of
 	// a sender it has heard from before: a restarted peer has lost its
-	// protocol state.
+	// protocol state. (Without TLS such a refusal is final for the receiver
+	// only once its own stream to the sender's address sees the new epoch
+	// in the first Ack.)
 	Algorithm string `protobuf:"bytes,6,opt,name=algorithm,proto3" json:"algorithm,omitempty"`
 	Options   string `protobuf:"bytes,7,opt,name=options,proto3" json:"options,omitempty"`
 	// The fence floor the sender's peer was given (dmutex.WithFenceFloor),
@@ -472,8 +474,15 @@ func (x *Token) GetQueue() []uint32 {
 // Ack tells the sender that every Frame up to seq was delivered, so it may
 // forget them.
 type Ack struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Seq           uint64                 `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Seq   uint64                 `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
+	// The receiver's own epoch (its Hello's epoch on the streams it opens),
+	// on the first Ack of a stream, the acknowledgement of the Hello; 0 on
+	// the others, and from an older receiver. The sender dialed the
+	// receiver's configured address, so without TLS this is what proves a
+	// restart of the receiver: an epoch other than the one the sender has
+	// been receiving from.
+	Epoch         uint64 `protobuf:"varint,2,opt,name=epoch,proto3" json:"epoch,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -515,6 +524,13 @@ func (x *Ack) GetSeq() uint64 {
 	return 0
 }
 
+func (x *Ack) GetEpoch() uint64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
 var File_wire_proto protoreflect.FileDescriptor
 
 const file_wire_proto_rawDesc = "" +
@@ -548,9 +564,10 @@ const file_wire_proto_rawDesc = "" +
 	"\x05token\x18\a \x01(\v2\x15.dmutex.wire.v1.TokenR\x05token\"-\n" +
 	"\x05Token\x12\x0e\n" +
 	"\x02ln\x18\x01 \x03(\x04R\x02ln\x12\x14\n" +
-	"\x05queue\x18\x02 \x03(\rR\x05queue\"\x17\n" +
+	"\x05queue\x18\x02 \x03(\rR\x05queue\"-\n" +
 	"\x03Ack\x12\x10\n" +
-	"\x03seq\x18\x01 \x01(\x04R\x03seq*\x91\x02\n" +
+	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12\x14\n" +
+	"\x05epoch\x18\x02 \x01(\x04R\x05epoch*\x91\x02\n" +
 	"\x04Kind\x12\x14\n" +
 	"\x10KIND_UNSPECIFIED\x10\x00\x12\x10\n" +
 	"\fKIND_REQUEST\x10\x01\x12\x0e\n" +
