@@ -3,6 +3,8 @@ package grpctransport
 import (
 	"context"
 	"fmt"
+	"net"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -274,4 +276,33 @@ func TestForgedRestartLeavesTheClusterWorking(t *testing.T) {
 	assert.Contains(t, logs[1].String(), "claims a restart")
 	assert.NotContains(t, logs[1].String(), "level=ERROR")
 	lockAll()
+}
+
+// TestForgedFirstHelloRefused: under Insecure, once peer 0's own stream
+// to peer 1's address was answered (here by a fakeLink of epoch 77), a
+// first hello of peer 1 from another epoch is refused as an unproven
+// restart, before it could take the place of the real process; the real
+// process's hello is then accepted, and nobody gave up.
+func TestForgedFirstHelloRefused(t *testing.T) {
+	const n = 2
+	var logs logBuffer
+	tr, conn := peerZeroAndRawClient(t, n, WithLogger(logs.logger()))
+	l, err := net.Listen("tcp", tr.addrs[1])
+	require.NoError(t, err)
+	var epoch atomic.Uint64
+	epoch.Store(77)
+	serveFakeLink(t, l, &epoch)
+	require.Eventually(t, func() bool { return tr.out[1].peerEpoch.Load() == 77 }, 30*time.Second, time.Millisecond,
+		"peer 0's stream to peer 1 never answered")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	open := helloOpener(t, conn, n)
+	err = open(ctx, 66)
+	require.Equal(t, codes.FailedPrecondition, status.Code(err), "%v", err)
+	assert.ErrorContains(t, err, "peer 1 restarted")
+	assert.Contains(t, logs.String(), "claims a restart")
+	require.NoError(t, open(ctx, 77), "the real process's hello")
+	require.NoError(t, tr.Err())
+	ok, _ := tr.Reachable(1)
+	assert.True(t, ok)
 }

@@ -137,8 +137,9 @@ type outbox struct {
 
 	// The epoch of the peer's process that answered the last stream to
 	// it, from the first Ack (0 until one carried it): under Insecure,
-	// what proves a restart of the peer (see Err).
-	peerEpoch uint64
+	// what proves a restart of the peer (see Err). Written only by the
+	// link's readAcks, one stream at a time.
+	peerEpoch atomic.Uint64
 
 	// The current stream, once its hello is out (else nil), the highest
 	// sequence number sent on it, and whether a goroutine is sending on
@@ -755,12 +756,11 @@ func (e *restartError) Error() string {
 // returns a restartError if an earlier stream was answered by another
 // process of it, or if this transport received from another process of it.
 func (t *Transport) peerProcess(o *outbox, e uint64) error {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	if cur := t.in[o.to].ackEpoch.Load(); (o.peerEpoch != 0 && e != o.peerEpoch) || (cur != 0 && e != cur) {
+	prev := o.peerEpoch.Load()
+	if cur := t.in[o.to].ackEpoch.Load(); (prev != 0 && e != prev) || (cur != 0 && e != cur) {
 		return &restartError{from: o.to, to: t.id} // keep the old epoch, so a next stream finds it again
 	}
-	o.peerEpoch = e
+	o.peerEpoch.Store(e)
 	return nil
 }
 
@@ -836,9 +836,11 @@ func (t *Transport) fail(err error) {
 // serving the process it knows; the restart is final once this
 // transport's own stream to the peer's address is answered by another
 // process of it (the epoch in the hello's acknowledgement), and a
-// restarted peer, refused, gives up as above. A hello that reaches a
-// transport before the real peer's first one is believed, as any frame
-// is under Insecure. A transport that gave up so waits in Close, for up
+// restarted peer, refused, gives up as above. A first hello of a peer
+// whose epoch differs from that of the process that answered this
+// transport's stream is refused so too; one that comes before either the
+// real peer's first hello or the answer to this side's stream is
+// believed, as any frame is under Insecure. A transport that gave up so waits in Close, for up
 // to a second, until it has answered the other peer's stream in turn, so
 // that a peer that exits at once still lets the other one know. With TLS, the
 // certificate proves the sender, and a refused incoming stream is final
@@ -1110,7 +1112,14 @@ func (is *inStream) read() error {
 		return refuse(codes.FailedPrecondition, err)
 	}
 	in.mu.Lock()
-	if in.epoch != 0 && epoch != in.epoch {
+	known := in.epoch
+	if known == 0 && t.opt.insecure {
+		// This side's own stream to the peer's address may have been
+		// answered already: a first hello of another process is a
+		// forgery or a restart of that one.
+		known = t.out[from].peerEpoch.Load()
+	}
+	if known != 0 && epoch != known {
 		in.mu.Unlock()
 		// Until dmutex can take a peer back after a crash, a restarted
 		// peer must not rejoin: it has forgotten its requests, grants
