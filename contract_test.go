@@ -79,9 +79,10 @@ func TestDriverCatchesBrokenContracts(t *testing.T) {
 		deliverAll(t, w, 10)
 		require.True(t, w.Peer(0).Inside)
 		r.on, r.enter = evRelease, true
-		_, err := w.Apply(Transition{Kind: TransLeave, Peer: 0})
+		st, err := w.Apply(Transition{Kind: TransLeave, Peer: 0})
 		require.ErrorIs(t, err, ErrViolation)
 		assert.ErrorContains(t, err, "peer 0 entered on leaving")
+		assert.Equal(t, 0, st.Entered, "the step says who entered")
 	})
 	t.Run("entered while inside", func(t *testing.T) {
 		r := &rogue{}
@@ -102,7 +103,10 @@ func TestDriverCatchesBrokenContracts(t *testing.T) {
 	t.Run("refused a try it did not make", func(t *testing.T) {
 		w := rogueWorld(t, &rogue{on: evMessage, refuse: true})
 		require.NoError(t, w.Request(1))
-		require.ErrorIs(t, deliverFirst(t, w), ErrViolation)
+		i := slices.IndexFunc(w.Transitions(), func(t Transition) bool { return t.Kind == TransDeliver })
+		st, err := w.Apply(w.Transitions()[i])
+		require.ErrorIs(t, err, ErrViolation)
+		assert.Equal(t, -1, st.Entered, "nobody entered")
 		assert.ErrorContains(t, w.Err(), "peer 0 refused a try it did not make")
 	})
 	t.Run("Request reports its step's violation", func(t *testing.T) {
