@@ -407,3 +407,30 @@ func TestDriverEncodingSeesEveryField(t *testing.T) {
 		}
 	}
 }
+
+// TestWorldIdleCountsDeliveriesSinceProgress: Idle counts the deliveries
+// since the last entry, leave or refusal, and a world built with NoTrace
+// records no events.
+func TestWorldIdleCountsDeliveriesSinceProgress(t *testing.T) {
+	for _, noTrace := range []bool{false, true} {
+		w, err := NewWorld(RicartAgrawala, 2, WorldConfig{NoTrace: noTrace})
+		require.NoError(t, err)
+		require.NoError(t, w.Request(0))
+		require.NoError(t, deliverFirst(t, w))
+		assert.Equal(t, 1, w.Idle(), "P1 replied: a delivery without progress")
+		require.NoError(t, deliverFirst(t, w))
+		require.True(t, w.Peer(0).Inside)
+		assert.Zero(t, w.Idle(), "an entry is progress")
+		require.NoError(t, w.Request(1))
+		require.NoError(t, deliverFirst(t, w)) // P0 defers P1's request
+		assert.Equal(t, 1, w.Idle())
+		_, err = w.Apply(Transition{Kind: TransLeave, Peer: 0})
+		require.NoError(t, err)
+		assert.Zero(t, w.Idle(), "a leave is progress")
+		if noTrace {
+			assert.Empty(t, w.Events(), "NoTrace records nothing")
+		} else {
+			assert.NotEmpty(t, w.Events())
+		}
+	}
+}
