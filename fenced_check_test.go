@@ -180,6 +180,7 @@ func TestCheckFencedSharedEpochsKeptApart(t *testing.T) {
 	// it runs beside the other parallel tests once the sequential ones
 	// are done.
 	t.Parallel()
+	skipRaceLight(t, "a quarter of a minute of CPU under -race")
 	build := func(id, n int) machine {
 		m, err := newRicart(id, n, &config{recovery: true})
 		require.NoError(t, err)

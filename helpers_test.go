@@ -260,3 +260,18 @@ var closedForms = []closedForm{
 		return map[string]uint64{"request": lack, "reply": lack}
 	}},
 }
+
+// raceLight reports whether a test should run only its small searches:
+// under the race detector, which slows the model checker about tenfold
+// and has nothing to find in a search on one goroutine, unless
+// -dmutex.big asks for everything. What it leaves out runs without -race:
+// .ci/run runs the root package a second time, as `go test .`.
+func raceLight() bool { return raceEnabled && !*bigChecks }
+
+// skipRaceLight skips t when raceLight holds, saying where it runs.
+func skipRaceLight(t *testing.T, what string) {
+	t.Helper()
+	if raceLight() {
+		t.Skipf("%s: left to the run without -race (go test -run '%s' .)", what, t.Name())
+	}
+}

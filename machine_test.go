@@ -305,12 +305,12 @@ func describeMachine(m machine) string {
 }
 
 // contractSeeds is the number of seeded runs contractStates takes: 6, or
-// 3 under -race without -dmutex.big (both delivery orders still; the
-// worlds have no goroutines for the race detector to watch, and the
-// contract held on one seed when this was written).
+// 2 under raceLight (one over each delivery order; the worlds have no
+// goroutines for the race detector to watch, and the contract held on one
+// seed when this was written).
 func contractSeeds() int {
-	if raceEnabled && !*bigChecks {
-		return 3
+	if raceLight() {
+		return 2
 	}
 	return 6
 }

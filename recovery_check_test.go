@@ -81,10 +81,13 @@ func recoveryRows() []recoveryRow {
 		if a.store {
 			perfectName += ", fenced store"
 		}
+		// Under -race the rows of three peers are left to the run without
+		// it (raceLight), but the coordinator's: a second or more each.
+		heavy := raceLight() && a.alg != Centralized
 		rows = append(rows,
-			recoveryRow{a.name, "no recovery, perfect detector", base(3, nil, perfect, false), noRecovery, false, false},
-			recoveryRow{a.name, perfectName, base(3, rec, perfect, a.store), careful, false, false},
-			recoveryRow{a.name, "`WithRecovery()`, imperfect detector, 1 false suspicion", base(3, rec, imperfect, false), unsafe, true, false},
+			recoveryRow{a.name, "no recovery, perfect detector", base(3, nil, perfect, false), noRecovery, false, heavy},
+			recoveryRow{a.name, perfectName, base(3, rec, perfect, a.store), careful, false, heavy},
+			recoveryRow{a.name, "`WithRecovery()`, imperfect detector, 1 false suspicion", base(3, rec, imperfect, false), unsafe, true, heavy},
 		)
 		if a.store {
 			// Two peers: one that suspects the other suspects half the
@@ -133,7 +136,7 @@ func recoveryRows() []recoveryRow {
 		// Under -race this one (79,661 states, a minute of a loaded
 		// machine) is left to the runs without it, as the big rows are;
 		// the n = 3 rows check the failover in CI.
-		recoveryRow{"centralized", "`WithRecovery()`, perfect detector", recovered(Centralized, 4, 1, NetworkFIFO), careful, false, raceEnabled},
+		recoveryRow{"centralized", "`WithRecovery()`, perfect detector", recovered(Centralized, 4, 1, NetworkFIFO), careful, false, raceLight()},
 		recoveryRow{"centralized", "`WithRecovery()`, perfect detector, 2 requests per peer", recovered(Centralized, 3, 2, NetworkFIFO), careful, false, false},
 		recoveryRow{"centralized", "`WithRecovery()`, perfect detector, unordered network", recovered(Centralized, 3, 1, NetworkUnordered), careful, false, false},
 		recoveryRow{"Agrawal-El Abbadi", "`WithRecovery()`, perfect detector, 2 requests per peer", recovered(AgrawalElAbbadi, 3, 2, NetworkFIFO), careful, false, true},

@@ -107,8 +107,8 @@ func TestSimulationFaultsReplay(t *testing.T) {
 func TestSimulationLossKeepsSafety(t *testing.T) {
 	t.Parallel() // computation on the test's goroutine only: beside the other parallel tests at the end
 	seeds := 40
-	if testing.Short() {
-		seeds = 10
+	if testing.Short() || raceLight() {
+		seeds = 10 // the simulator runs on one goroutine: nothing for -race to watch
 	}
 	for _, v := range variants() {
 		for _, d := range deliveries(v) {

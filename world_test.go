@@ -178,8 +178,8 @@ func TestStateEncodingIsFaithful(t *testing.T) {
 			queue := []*World{start}
 			compared := 0
 			limit := 3000
-			if raceEnabled {
-				limit = 1000
+			if raceLight() {
+				limit = 500
 			}
 			for len(queue) > 0 && len(seen) < limit {
 				w := queue[0]
