@@ -573,6 +573,7 @@ func Check(ctx context.Context, cfg CheckConfig) (CheckResult, error) {
 	if err != nil {
 		return CheckResult{}, err
 	}
+	defer c.release()
 	if err := c.explore(ctx); err != nil {
 		if errors.Is(err, errInterrupted) {
 			return c.result(), ctx.Err()
@@ -686,6 +687,14 @@ type checker struct {
 	cls    []int32 // fairness class of the edge, -1 for none
 	ent    []int8  // peer that entered on the edge, -1 for none
 	info   []stateInfo
+	// The depth-first search keeps each edge's class and entry as a
+	// byte, code, naming one of at most 256 kinds (deepgraph.go), as long
+	// as that many suffice; then cls and ent are nil. edgeClass and
+	// edgeEntry read either.
+	compact bool
+	code    []uint8
+	kinds   []edgeKind
+	kindOf  map[edgeKind]uint8
 
 	classes map[string]int32 // unordered network: message encoding to class
 
@@ -713,6 +722,8 @@ type checker struct {
 	waiting    int   // the worlds waiting to be explored, at the last overBudget
 	frontier   []*World
 	lastReport time.Time
+	memKey     memoryKey // what memBytes was counted at (checkmem.go)
+	memBytes   int64
 
 	overlap *Violation // with Fenced: the first step that let two peers in, which does not stop the search
 
@@ -1106,11 +1117,29 @@ func (c *checker) again(ctx context.Context) error {
 		return err
 	}
 	start := c.start
+	c.release() // the depth-first search's graph, no longer needed
 	err = fresh.explore(ctx)
 	fresh.start = start
 	*c = *fresh
 	c.hash.seeds = &c.seeds
 	return err
+}
+
+// release returns the search's mapped arrays (bigarray.go) to the
+// system; the graph is unusable afterwards. Arrays in the heap are left
+// to the collector.
+func (c *checker) release() {
+	unmapArray(c.parent)
+	unmapArray(c.off)
+	unmapArray(c.to)
+	unmapArray(c.cls)
+	unmapArray(c.ent)
+	unmapArray(c.code)
+	unmapArray(c.info)
+	c.parent, c.off, c.to, c.cls, c.ent, c.code, c.info = nil, nil, nil, nil, nil, nil, nil
+	if c.fps != nil {
+		c.fps.release()
+	}
 }
 
 // interrupted reports whether the context has ended. It costs a
@@ -1208,6 +1237,10 @@ func (c *checker) record(cur *World, flags uint8) {
 				info.wait |= 1 << uint(p%32)
 			}
 		}
+	}
+	if c.deep {
+		c.off = grow(c.off, 1, c.stateReserve())
+		c.info = grow(c.info, 1, c.stateReserve())
 	}
 	c.off = append(c.off, int32(len(c.to)))
 	c.info = append(c.info, info)

@@ -1,9 +1,6 @@
 package dmutex
 
-import (
-	"reflect"
-	"unsafe"
-)
+import "reflect"
 
 // DefaultMaxMemory is the memory after which Check stops when
 // CheckConfig.MaxMemory is zero: 1.5 GiB, as the search counts it (see
@@ -11,22 +8,49 @@ import (
 const DefaultMaxMemory = 3 << 29
 
 // memory returns the bytes the search holds as it counts them: the
-// table of hashes, the graph (with what liveness and, depth first,
+// table of hashes (twice more when it is about to double), the graph (with what liveness and, depth first,
 // renumber will add), and the worlds waiting to be explored (on the
 // depth-first path, or in the breadth-first frontier) at the average size
 // of the worlds it sampled.
 func (c *checker) memory(worlds int) int64 {
-	b := c.fps.bytes()
-	b += int64(cap(c.parent)+cap(c.off)+cap(c.to)+cap(c.cls))*4 + int64(cap(c.ent))
-	b += int64(cap(c.info)) * int64(unsafe.Sizeof(stateInfo{}))
-	if c.graph {
-		b += int64(c.res.States) * 16 // what liveness will add: its per-state scratch
+	// The search asks at every transition, and the sum asks which arrays
+	// are mapped (a lock each): ask again only when what it sums may
+	// have changed, that is when a state, an edge, a class or a waiting
+	// world came or went.
+	key := memoryKey{c.res.States, worlds, len(c.to), len(c.parent), c.classBytes}
+	if key == c.memKey && c.memBytes > 0 {
+		return c.memBytes
 	}
-	if c.deep {
-		// What renumber adds: two numbers a state, and a copy of its
-		// biggest array beside the original.
-		b += int64(c.res.States)*8 + max(int64(cap(c.to))*4, int64(cap(c.info))*int64(unsafe.Sizeof(stateInfo{})))
+	c.memKey, c.memBytes = key, c.countMemory(worlds)
+	return c.memBytes
+}
+
+// memoryKey is what memory's sum depends on, beside the state's own
+// size: the states, the worlds waiting, the edges, the parents (the
+// breadth-first searches') and the classes.
+type memoryKey struct {
+	states, worlds, edges, parents int
+	classBytes                     int64
+}
+
+// countMemory is memory's sum.
+func (c *checker) countMemory(worlds int) int64 {
+	b := c.fps.bytes() + c.fps.growBytes(1024)
+	b += arrayBytes(c.parent) + arrayBytes(c.off) + arrayBytes(c.to) + arrayBytes(c.cls) + arrayBytes(c.ent)
+	b += arrayBytes(c.code) + arrayBytes(c.info)
+	s := int64(c.res.States)
+	switch {
+	case c.deep:
+		// The most of what renumber adds, three numbers a state (the new
+		// numbers, their order, the parents) and a copy of its biggest
+		// array beside the original, and of what liveness adds after it:
+		// its per-state scratch (13 bytes, 4 a component, and its
+		// stacks), 20 bytes, beside the parents renumber kept. renumber
+		// returns all but the parents before liveness starts.
+		b += max(s*12+max(arrayBytes(c.to), arrayBytes(c.info)), s*(20+4))
 		b += int64(cap(c.deadlocks))*4 + int64(cap(c.overlaps))*8
+	case c.graph:
+		b += s * 16 // what liveness will add: its per-state scratch
 	}
 	b += c.classBytes
 	return b + int64(worlds)*c.worldSize

@@ -113,6 +113,7 @@ func (c *checker) depthFirstGraph(w *World) (bool, error) {
 		}
 		return trs
 	}
+	c.compact, c.kindOf = true, map[edgeKind]uint8{}
 	stack := []deepFrame{{w: w, id: 0}}
 	// push examines the world just put on top of the stack and reserves
 	// its edges; it reports false when the search must end.
@@ -126,11 +127,19 @@ func (c *checker) depthFirstGraph(w *World) (bool, error) {
 			c.stopped = StoppedAtMemoryLimit // the graph's edges are numbered in int32
 			return false
 		}
+		c.to = grow(c.to, len(f.trs), math.MaxInt32)
 		for range f.trs {
 			c.to = append(c.to, -1)
 		}
-		c.cls = append(c.cls, make([]int32, len(f.trs))...)
-		c.ent = append(c.ent, make([]int8, len(f.trs))...)
+		if c.compact {
+			c.code = grow(c.code, len(f.trs), math.MaxInt32)
+			for range f.trs {
+				c.code = append(c.code, 0)
+			}
+		} else {
+			c.cls = append(c.cls, make([]int32, len(f.trs))...)
+			c.ent = append(c.ent, make([]int8, len(f.trs))...)
+		}
 		if c.overlaps != nil {
 			for len(c.overlaps)*64 < len(c.to) {
 				c.overlaps = append(c.overlaps, 0)
@@ -188,8 +197,7 @@ func (c *checker) depthFirstGraph(w *World) (bool, error) {
 			return false, nil
 		}
 		c.cur = f.w // classOf asks about the source
-		c.cls[e] = c.classOf(t)
-		c.ent[e] = int8(st.Entered)
+		c.setEdge(e, edgeKind{c.classOf(t), int8(st.Entered)})
 		if st.overlap != nil {
 			c.overlaps[e/64] |= 1 << uint(e%64)
 		}
@@ -219,6 +227,67 @@ func (c *checker) depthFirstGraph(w *World) (bool, error) {
 	return true, nil
 }
 
+// maxEdgeKinds is how many kinds of edge a byte names (a variable, so
+// that a test can make the search widen early).
+var maxEdgeKinds = 256
+
+// edgeKind is what an edge carries beside its target: its fairness
+// class and the peer it lets in (-1 for none).
+type edgeKind struct {
+	cls int32
+	ent int8
+}
+
+// setEdge records edge e's kind: as a byte naming one of the kinds met
+// so far while at most 256 are, else in cls and ent. The byte is only a
+// name: edgeClass and edgeEntry give back the very class and entry that
+// were recorded, so nothing read from the graph changes.
+func (c *checker) setEdge(e int32, k edgeKind) {
+	if c.compact {
+		code, ok := c.kindOf[k]
+		if !ok && len(c.kinds) < maxEdgeKinds {
+			code, ok = uint8(len(c.kinds)), true
+			c.kindOf[k] = code
+			c.kinds = append(c.kinds, k)
+		}
+		if ok {
+			c.code[e] = code
+			return
+		}
+		c.widen()
+	}
+	c.cls[e], c.ent[e] = k.cls, k.ent
+}
+
+// widen turns the edges' bytes into cls and ent, for a graph with more
+// than 256 kinds of edge (an unordered network's classes, one per
+// message, can be that many).
+func (c *checker) widen() {
+	c.cls = grow([]int32(nil), len(c.code), math.MaxInt32)[:len(c.code)]
+	c.ent = grow([]int8(nil), len(c.code), math.MaxInt32)[:len(c.code)]
+	for e, code := range c.code {
+		c.cls[e], c.ent[e] = c.kinds[code].cls, c.kinds[code].ent
+	}
+	unmapArray(c.code)
+	c.compact, c.code, c.kinds, c.kindOf = false, nil, nil, nil
+}
+
+// edgeClass returns edge e's fairness class (-1 for none).
+func (c *checker) edgeClass(e int32) int32 {
+	if c.compact {
+		return c.kinds[c.code[e]].cls
+	}
+	return c.cls[e]
+}
+
+// edgeEntry returns the peer edge e lets in, -1 for none.
+func (c *checker) edgeEntry(e int32) int8 {
+	if c.compact {
+		return c.kinds[c.code[e]].ent
+	}
+	return c.ent[e]
+}
+
 // renumber gives the states found depth first the numbers the
 // breadth-first search would have given them (see the top of this file):
 // it rebuilds the graph's arrays in that order, sets parent, renames the
@@ -229,14 +298,15 @@ func (c *checker) depthFirstGraph(w *World) (bool, error) {
 // and are skipped.
 func (c *checker) renumber() {
 	ns := int32(len(c.info))
+	c.off = grow(c.off, 1, c.stateReserve())
 	c.off = append(c.off, int32(len(c.to)))
 	// perm: depth-first number to breadth-first; order: the reverse.
-	perm := make([]int32, ns)
+	perm := makeArray[int32](int(ns))
 	for i := range perm {
 		perm[i] = -1
 	}
-	order := make([]int32, 1, ns)
-	parent := make([]int32, 1, ns)
+	order := makeArray[int32](int(ns))[:1]
+	parent := makeArray[int32](int(ns))[:1]
 	perm[0], parent[0] = 0, -1
 	for h := 0; h < len(order); h++ {
 		s := order[h]
@@ -253,19 +323,20 @@ func (c *checker) renumber() {
 	}
 	c.parent = parent
 	// The arrays in the new order, one at a time, so that at most one
-	// old array is held beside its copy: for a big graph, a collection
-	// after each lets the next copy reuse the memory of the array it
-	// replaced, instead of growing the heap by the whole graph.
+	// old array is held beside its copy. A mapped array (bigarray.go) is
+	// returned to the system as soon as it is copied; for one in the
+	// heap, a collection after each copy lets the next reuse its memory,
+	// instead of growing the heap by the whole graph.
 	collect := func() {
 		if len(c.to) > 1<<24 {
 			runtime.GC()
 		}
 	}
-	off := make([]int32, ns+1)
+	off := makeArray[int32](int(ns) + 1)
 	for i, s := range order {
 		off[i+1] = off[i] + c.off[s+1] - c.off[s]
 	}
-	to := make([]int32, len(c.to))
+	to := makeArray[int32](len(c.to))
 	for i, s := range order {
 		for k, t := range c.to[c.off[s]:c.off[s+1]] {
 			if t >= 0 {
@@ -274,19 +345,31 @@ func (c *checker) renumber() {
 			to[off[i]+int32(k)] = t
 		}
 	}
+	unmapArray(c.to)
 	c.to = to
 	collect()
-	cls := make([]int32, len(c.cls))
-	for i, s := range order {
-		copy(cls[off[i]:off[i+1]], c.cls[c.off[s]:c.off[s+1]])
+	if c.compact {
+		code := makeArray[uint8](len(c.code))
+		for i, s := range order {
+			copy(code[off[i]:off[i+1]], c.code[c.off[s]:c.off[s+1]])
+		}
+		unmapArray(c.code)
+		c.code = code
+	} else {
+		cls := makeArray[int32](len(c.cls))
+		for i, s := range order {
+			copy(cls[off[i]:off[i+1]], c.cls[c.off[s]:c.off[s+1]])
+		}
+		unmapArray(c.cls)
+		c.cls = cls
+		collect()
+		ent := makeArray[int8](len(c.ent))
+		for i, s := range order {
+			copy(ent[off[i]:off[i+1]], c.ent[c.off[s]:c.off[s+1]])
+		}
+		unmapArray(c.ent)
+		c.ent = ent
 	}
-	c.cls = cls
-	collect()
-	ent := make([]int8, len(c.ent))
-	for i, s := range order {
-		copy(ent[off[i]:off[i+1]], c.ent[c.off[s]:c.off[s+1]])
-	}
-	c.ent = ent
 	if c.overlaps != nil {
 		first := int32(-1)
 		for i, s := range order {
@@ -303,12 +386,15 @@ func (c *checker) renumber() {
 		c.firstOverlap = first
 	}
 	collect()
-	info := make([]stateInfo, ns)
+	info := makeArray[stateInfo](int(ns))
 	for i, s := range order {
 		info[i] = c.info[s]
 	}
+	unmapArray(c.info)
 	c.info = info
+	unmapArray(c.off)
 	c.off = off
+	unmapArray(order)
 	c.fps.renumber(perm)
 	c.firstDeadlock = -1
 	for _, s := range c.deadlocks {
@@ -317,13 +403,18 @@ func (c *checker) renumber() {
 		}
 	}
 	c.deadlocks = nil
+	unmapArray(perm)
 	collect()
 	if c.classes != nil {
 		// An unordered network's classes, n and up below the detector's,
-		// numbered in the order the breadth-first search meets them.
+		// numbered in the order the breadth-first search meets them. With
+		// the edges in bytes, the kinds are renamed: each kind names
+		// one class, and the renaming is one to one, so distinct kinds
+		// stay distinct.
 		n := int32(c.cc.N)
 		names := map[int32]int32{}
-		for e, k := range c.cls {
+		for e := range int32(len(c.to)) {
+			k := c.edgeClass(e)
 			if k < n || k >= 1<<30 {
 				continue
 			}
@@ -332,12 +423,42 @@ func (c *checker) renumber() {
 				m = n + int32(len(names))
 				names[k] = m
 			}
-			c.cls[e] = m
+			if !c.compact {
+				c.cls[e] = m
+			}
+		}
+		if c.compact {
+			for i, k := range c.kinds {
+				if m, ok := names[k.cls]; ok {
+					c.kinds[i].cls = m
+				}
+			}
+			c.kindOf = nil // stale, and no longer needed
 		}
 	}
 	if c.firstOverlap >= 0 {
 		c.overlap = c.overlapAt(c.firstOverlap)
 	}
+}
+
+// makeArray returns an array of n zero elements: mapped (bigarray.go)
+// when it is big, else in the heap.
+func makeArray[T any](n int) []T {
+	if n > bigArrayMin {
+		if m, ok := mapArray[T](n); ok {
+			return m[:n]
+		}
+	}
+	return make([]T, n)
+}
+
+// stateReserve is the most states the search may hold, and one more
+// (renumber's closing offset): what a mapped array of states reserves.
+func (c *checker) stateReserve() int {
+	if c.limit > 0 && c.limit < math.MaxInt32 {
+		return c.limit + 1
+	}
+	return math.MaxInt32
 }
 
 // overlapAt builds the counterexample of edge e, a step that let a

@@ -73,11 +73,23 @@ func requireSameCheck(t *testing.T, cfg CheckConfig) CheckResult {
 		sameSlice(t, "parents", wide.parent, deep.parent)
 		sameSlice(t, "edge offsets", wide.off, deep.off)
 		sameSlice(t, "edge targets", wide.to, deep.to)
-		sameSlice(t, "edge classes", wide.cls, deep.cls)
-		sameSlice(t, "entries", wide.ent, deep.ent)
+		wcls, went := edgeKinds(wide)
+		dcls, dent := edgeKinds(deep)
+		sameSlice(t, "edge classes", wcls, dcls)
+		sameSlice(t, "entries", went, dent)
 		sameSlice(t, "states", wide.info, deep.info)
 	}
 	return dr
+}
+
+// edgeKinds returns every edge's class and entry, as c reads them
+// (in bytes, or in cls and ent).
+func edgeKinds(c *checker) ([]int32, []int8) {
+	cls, ent := make([]int32, len(c.to)), make([]int8, len(c.to))
+	for e := range int32(len(c.to)) {
+		cls[e], ent[e] = c.edgeClass(e), c.edgeEntry(e)
+	}
+	return cls, ent
 }
 
 // sameSlice reports the first place where two slices differ.
@@ -222,4 +234,36 @@ func TestDepthFirstGraphStopped(t *testing.T) {
 		assert.Equal(t, Undecided, r.StarvationFree)
 		assert.False(t, r.Liveness)
 	}
+}
+
+// TestDepthFirstGraphCompact: the graph kept in mapped arrays
+// (bigarray.go) and with its edges' kinds in bytes, widened to cls and
+// ent midway when a graph has more kinds than a byte names, is the same
+// graph, searched to the same results. Small arrays are mapped here, and
+// the byte names only three kinds, so that the small corpus takes every
+// path the big searches take.
+func TestDepthFirstGraphCompact(t *testing.T) {
+	defer func(m, k int) { bigArrayMin, maxEdgeKinds = m, k }(bigArrayMin, maxEdgeKinds)
+	corpus := []CheckConfig{
+		{Algorithm: RicartAgrawala, N: 3, Requests: 1},
+		{Algorithm: RicartAgrawala, N: 3, Requests: 1, Network: NetworkUnordered},
+		{Algorithm: SuzukiKasami, N: 3, Requests: 1, Options: []Option{WithRecovery()},
+			Faults: CheckFaults{Crash: true}, Detector: Detector{Kind: DetectorPerfect}},
+		{Algorithm: Centralized, N: 3, RequestsPerPeer: []int{1, 1, 1}, Network: NetworkUnordered,
+			build: func(id, _ int) machine { return &bouncer{id: id, token: id == 0} }},
+		{Variant: "singhal-heuristic-textbook"},
+	}
+	before := len(mapped.regions)
+	for _, kinds := range []int{3, 256} {
+		for i, cfg := range corpus {
+			t.Run(fmt.Sprintf("kinds=%d/%d", kinds, i), func(t *testing.T) {
+				bigArrayMin, maxEdgeKinds = 64, kinds
+				res := requireSameCheck(t, cfg)
+				t.Logf("%d states, %d transitions, starvation free %v, max overtakes %d", res.States, res.Transitions, res.StarvationFree, res.MaxOvertakes)
+			})
+		}
+	}
+	// runBoth keeps its checkers' arrays, so their mappings are still
+	// there.
+	assert.Greater(t, len(mapped.regions), before, "nothing was mapped")
 }

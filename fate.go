@@ -92,7 +92,7 @@ func (c *checker) afterFault(in func(s int32) bool) (fresh, all []fate) {
 				continue
 			}
 			for e := c.off[s]; e < c.off[s+1]; e++ {
-				if int(c.ent[e]) == p {
+				if int(c.edgeEntry(e)) == p {
 					canEnter[s] = true
 				}
 			}
@@ -100,7 +100,7 @@ func (c *checker) afterFault(in func(s int32) bool) (fresh, all []fate) {
 		back(canEnter, func(int32) bool { return true })
 		// canAvoid: without p's entries, a quiet state or a fair cycle
 		// is reachable.
-		noEntry := func(e int32) bool { return int(c.ent[e]) != p }
+		noEntry := func(e int32) bool { return int(c.edgeEntry(e)) != p }
 		canAvoid := make([]bool, ns)
 		for s := range ns {
 			if in(s) && c.info[s].flags&stQuiet != 0 {
@@ -137,7 +137,7 @@ func (c *checker) afterFault(in func(s int32) bool) (fresh, all []fate) {
 				continue
 			}
 			for e := c.off[s]; e < c.off[s+1]; e++ {
-				if int(c.ent[e]) == p && c.cls[e] < 0 { // asked and entered in one step
+				if int(c.edgeEntry(e)) == p && c.edgeClass(e) < 0 { // asked and entered in one step
 					waits, some = true, true
 				}
 			}
@@ -157,7 +157,7 @@ func (c *checker) afterFault(in func(s int32) bool) (fresh, all []fate) {
 					waits = true
 					always = always && !canAvoid[t]
 					some = some || canEnter[t]
-				case int(c.ent[e]) == p && c.cls[e] < 0: // asked and entered in one step
+				case int(c.edgeEntry(e)) == p && c.edgeClass(e) < 0: // asked and entered in one step
 					waits, some = true, true
 				}
 			}
@@ -253,12 +253,12 @@ func (c *checker) fairComponent(members, comp []int32, id int32, keep func(e int
 	for i, u := range members {
 		here := map[int32]bool{}
 		for e := c.off[u]; e < c.off[u+1]; e++ {
-			if k := c.cls[e]; k >= 0 {
+			if k := c.edgeClass(e); k >= 0 {
 				here[k] = true
 			}
 			if keep(e) && comp[c.to[e]] == id {
 				cyclic = true
-				if k := c.cls[e]; k >= 0 {
+				if k := c.edgeClass(e); k >= 0 {
 					taken[k] = true
 				}
 			}

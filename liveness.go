@@ -68,6 +68,7 @@ func (c *checker) liveness() {
 	c.res.Liveness = true
 	c.res.MaxOvertakes = 0
 	sc := newSCCs(len(c.info))
+	defer sc.release()
 	for p := range c.cc.N {
 		over, lasso := c.peerLiveness(sc, p)
 		if over < 0 || c.res.MaxOvertakes < 0 {
@@ -115,11 +116,21 @@ type sccFrame struct {
 
 func newSCCs(n int) *sccs {
 	return &sccs{
-		index:   make([]int32, n),
-		low:     make([]int32, n),
-		comp:    make([]int32, n),
-		onStack: make([]bool, n),
+		index:   makeArray[int32](n),
+		low:     makeArray[int32](n),
+		comp:    makeArray[int32](n),
+		onStack: makeArray[bool](n),
 	}
+}
+
+// release returns the scratch's mapped arrays (bigarray.go) to the
+// system.
+func (sc *sccs) release() {
+	unmapArray(sc.index)
+	unmapArray(sc.low)
+	unmapArray(sc.comp)
+	unmapArray(sc.onStack)
+	sc.index, sc.low, sc.comp, sc.onStack = nil, nil, nil, nil
 }
 
 // peerLiveness runs Tarjan's algorithm over the states where p waits and
@@ -132,7 +143,7 @@ func (c *checker) peerLiveness(sc *sccs, p int) (int, *lasso) {
 		sc.index[i] = -1
 		sc.comp[i] = -1
 	}
-	var dist []int // dist[component]: most entries by others on a path from it
+	var dist []int32 // dist[component]: most entries by others on a path from it
 	unbounded := false
 	var found *lasso
 	next := int32(0)
@@ -188,15 +199,15 @@ func (c *checker) peerLiveness(sc *sccs, p int) (int, *lasso) {
 					break
 				}
 			}
-			d, cyclic := 0, false
+			d, cyclic := int32(0), false
 			for _, u := range sc.members {
 				for e := c.off[u]; e < c.off[u+1]; e++ {
 					t := c.to[e]
 					if !in(t) {
 						continue
 					}
-					w := 0
-					if c.ent[e] >= 0 {
+					w := int32(0)
+					if c.edgeEntry(e) >= 0 {
 						w = 1
 					}
 					if sc.comp[t] == id {
@@ -209,20 +220,21 @@ func (c *checker) peerLiveness(sc *sccs, p int) (int, *lasso) {
 					d = max(d, w+dist[sc.comp[t]])
 				}
 			}
-			dist = append(dist, d)
+			dist = append(grow(dist, 1, len(c.info)), d)
 			if cyclic && found == nil {
 				found = c.fairCycle(sc, id)
 			}
 		}
 	}
+	defer unmapArray(dist)
 	if unbounded {
 		return -1, found
 	}
-	best := 0
+	best := int32(0)
 	for _, d := range dist {
 		best = max(best, d)
 	}
-	return best, found
+	return int(best), found
 }
 
 // fairCycle returns a lasso through component id (whose states are
@@ -246,7 +258,7 @@ func (c *checker) fairCycle(sc *sccs, id int32) *lasso {
 	taken := map[int32]bool{} // taken by an edge inside it
 	for _, u := range sc.members {
 		for e := c.off[u]; e < c.off[u+1]; e++ {
-			if k := c.cls[e]; k >= 0 {
+			if k := c.edgeClass(e); k >= 0 {
 				classes = append(classes, k)
 				if sc.comp[c.to[e]] == id {
 					taken[k] = true
@@ -264,7 +276,7 @@ func (c *checker) fairCycle(sc *sccs, id int32) *lasso {
 		var seg []int32
 		switch {
 		case taken[k]:
-			seg = c.walk(sc, id, cur, func(e int32) bool { return c.cls[e] == k })
+			seg = c.walk(sc, id, cur, func(e int32) bool { return c.edgeClass(e) == k })
 		case c.enables(cur, k):
 			seg = c.walk(sc, id, cur, func(e int32) bool { return !c.enables(c.to[e], k) })
 		}
@@ -279,7 +291,12 @@ func (c *checker) fairCycle(sc *sccs, id int32) *lasso {
 
 // enables reports whether an edge of class k leaves state s.
 func (c *checker) enables(s, k int32) bool {
-	return slices.Contains(c.cls[c.off[s]:c.off[s+1]], k)
+	for e := c.off[s]; e < c.off[s+1]; e++ {
+		if c.edgeClass(e) == k {
+			return true
+		}
+	}
+	return false
 }
 
 // everyEdge keeps every edge of the graph.

@@ -119,18 +119,32 @@ func (v *visited) bytes() int64 {
 	return int64(len(v.keys))*16 + int64(len(v.keys64))*8 + int64(len(v.ids))*4
 }
 
-// grow doubles the table.
+// growBytes returns what the table's next doubling adds at its peak
+// (the new table, twice this one, beside this one) if the next margin
+// additions may set it off, else 0: so a search that counts it stops at
+// its memory limit before a doubling that would pass it, not after.
+func (v *visited) growBytes(margin int) int64 {
+	if uint64(v.n+margin)*4 > (v.mask+1)*3 {
+		return 2 * v.bytes()
+	}
+	return 0
+}
+
+// grow doubles the table. A big table's arrays are mapped (bigarray.go)
+// and the old ones returned to the system as soon as they are copied,
+// so the peak is the old table and the new, not that and the garbage of
+// the ones before.
 func (v *visited) grow() {
 	old, old64, oldIDs := v.keys, v.keys64, v.ids
 	size := 2 * (v.mask + 1)
 	v.mask = size - 1
 	if old64 != nil {
-		v.keys64 = make([]uint64, size)
+		v.keys64 = makeArray[uint64](int(size))
 	} else {
-		v.keys = make([]fingerprint, size)
+		v.keys = makeArray[fingerprint](int(size))
 	}
 	if oldIDs != nil {
-		v.ids = make([]int32, size)
+		v.ids = makeArray[int32](int(size))
 	}
 	for k := range v.mask/2 + 1 {
 		var i uint64
@@ -155,6 +169,18 @@ func (v *visited) grow() {
 			v.ids[i] = oldIDs[k]
 		}
 	}
+	unmapArray(old)
+	unmapArray(old64)
+	unmapArray(oldIDs)
+}
+
+// release returns the table's memory to the system if it was mapped
+// (bigarray.go); the table is unusable afterwards.
+func (v *visited) release() {
+	unmapArray(v.keys)
+	unmapArray(v.keys64)
+	unmapArray(v.ids)
+	v.keys, v.keys64, v.ids = nil, nil, nil
 }
 
 // collisionChance bounds the chance that two of s states got one
