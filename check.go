@@ -1323,10 +1323,7 @@ func (c *checker) breadthFirst(w *World) (bool, error) {
 			st, err := next.apply(t)
 			if err != nil {
 				c.safetyViolation(id, t, err)
-				if next.store != nil && next.store.broken {
-					c.res.Violation.Property = "fenced safety"
-					c.unsafe, c.fencedBroken = false, true
-				}
+				c.fencedBreak(next)
 				return false, nil
 			}
 			if st.overlap != nil && c.overlap == nil {
@@ -1363,6 +1360,39 @@ func (c *checker) breadthFirst(w *World) (bool, error) {
 		}
 	}
 	return true, nil
+}
+
+// stepInto takes t from w into a copy of w made in *slot, the world one
+// level down the depth-first path: left there from an earlier visit, it
+// is nobody else's, so it is reused (and made on first use). It returns
+// that world, what the step did, and the promise it broke, if any.
+func stepInto(w *World, slot **World, t Transition) (*World, StepResult, error) {
+	if *slot == nil {
+		*slot = new(World)
+	}
+	next := w.cloneInto(*slot)
+	st, err := next.apply(t)
+	return next, st, err
+}
+
+// brokenStep records the safety violation of step t, taken after trs,
+// that broke err and led to next: fenced safety if the fenced store
+// took interleaved writes, else safety. Either ends the search.
+func (c *checker) brokenStep(trs []Transition, t Transition, next *World, err error) {
+	c.res.Violation = c.violationAlong("safety", trs, -1, t, err.Error())
+	c.unsafe, c.stopped = true, StoppedAtViolation
+	c.fencedBreak(next)
+}
+
+// fencedBreak renames the safety violation just recorded, of the step
+// that led to next, as one of fenced safety if that step made the
+// fenced store take interleaved writes (CheckConfig.Fenced), as every
+// search reports it.
+func (c *checker) fencedBreak(next *World) {
+	if next.store != nil && next.store.broken {
+		c.res.Violation.Property = "fenced safety"
+		c.unsafe, c.fencedBroken = false, true
+	}
 }
 
 // dfsFrame is one world on the depth-first search's path, its enabled
@@ -1452,21 +1482,9 @@ func (c *checker) depthFirst(w *World) (bool, error) {
 			stack = append(stack, dfsFrame{})[:top+1]
 			f = &stack[top]
 		}
-		// The world one level down, left from an earlier visit, is
-		// nobody else's: reuse it.
-		child := &stack[:top+2][top+1]
-		if child.w == nil {
-			child.w = new(World)
-		}
-		next := f.w.cloneInto(child.w)
-		st, err := next.apply(t)
+		next, st, err := stepInto(f.w, &stack[:top+2][top+1].w, t)
 		if err != nil {
-			c.res.Violation = c.violationAlong("safety", along(stack), -1, t, err.Error())
-			c.unsafe, c.stopped = true, StoppedAtViolation
-			if next.store != nil && next.store.broken {
-				c.res.Violation.Property = "fenced safety"
-				c.unsafe, c.fencedBroken = false, true
-			}
+			c.brokenStep(along(stack), t, next, err)
 			return false, nil
 		}
 		if st.overlap != nil && c.overlap == nil {

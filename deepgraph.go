@@ -179,21 +179,9 @@ func (c *checker) depthFirstGraph(w *World) (bool, error) {
 			stack = append(stack, deepFrame{})[:top+1]
 			f = &stack[top]
 		}
-		// The world one level down, left from an earlier visit, is
-		// nobody else's: reuse it.
-		child := &stack[:top+2][top+1]
-		if child.w == nil {
-			child.w = new(World)
-		}
-		next := f.w.cloneInto(child.w)
-		st, err := next.apply(t)
+		next, st, err := stepInto(f.w, &stack[:top+2][top+1].w, t)
 		if err != nil {
-			c.res.Violation = c.violationAlong("safety", along(stack), -1, t, err.Error())
-			c.unsafe, c.stopped = true, StoppedAtViolation
-			if next.store != nil && next.store.broken {
-				c.res.Violation.Property = "fenced safety"
-				c.unsafe, c.fencedBroken = false, true
-			}
+			c.brokenStep(along(stack), t, next, err)
 			return false, nil
 		}
 		c.cur = f.w // classOf asks about the source
