@@ -218,6 +218,7 @@ func TestWorldEntryWithNobodyWaiting(t *testing.T) {
 	}
 	assert.Equal(t, []EventKind{EventEnter, EventLeave}, kinds)
 	assert.Equal(t, PeerStatus{}, w.Peer(0))
+	assert.Zero(t, w.Stats().Entries, "an entry nobody waited for is not counted")
 }
 
 // TestWorldDropsBigOutputs: after a broadcast to many peers the World
@@ -433,4 +434,74 @@ func TestWorldIdleCountsDeliveriesSinceProgress(t *testing.T) {
 			assert.NotEmpty(t, w.Events())
 		}
 	}
+}
+
+// ahead is the centralized coordinator that, as its own hold ends, grants
+// peer 1 whether or not peer 1's request has reached it.
+type ahead struct{ *centralized }
+
+func (a *ahead) step(ev event, out *output) {
+	a.centralized.step(ev, out)
+	if ev.kind == evRelease {
+		out.send(Message{Kind: KindGrant, From: a.id, To: 1})
+	}
+}
+
+func (a *ahead) clone() machine { return &ahead{a.centralized.clone().(*centralized)} }
+
+// TestWorldCoordinatorGrantsAhead: a grant that overtakes the request it
+// answers lets in a peer the coordinator has not heard from. The World
+// names the broken order, with no request arrived, rather than reading
+// past the end of its list of arrivals.
+func TestWorldCoordinatorGrantsAhead(t *testing.T) {
+	w, err := NewWorld(Centralized, 2, WorldConfig{})
+	require.NoError(t, err)
+	install(w, 0, &ahead{w.ms[0].(*centralized)})
+	require.NoError(t, w.Request(1)) // its request stays in flight
+	require.NoError(t, w.Request(0))
+	require.True(t, w.Peer(0).Inside)
+	apply := func(match func(Transition) bool) error {
+		t.Helper()
+		trs := w.Transitions()
+		i := slices.IndexFunc(trs, match)
+		require.GreaterOrEqual(t, i, 0, "no such transition in %v", trs)
+		_, err := w.Apply(trs[i])
+		return err
+	}
+	require.NoError(t, apply(func(tr Transition) bool { return tr.Kind == TransLeave && tr.Peer == 0 }))
+	err = apply(func(tr Transition) bool { return tr.Kind == TransDeliver && tr.Msg.Kind == KindGrant })
+	require.ErrorIs(t, err, ErrViolation)
+	assert.Contains(t, err.Error(), "peer 1 entered, but the coordinator had the requests of []")
+}
+
+// TestStoreForgetsAHoldThatEnded: a write made after a peer's hold has
+// ended does not close the peer's next hold. P0 writes in one hold and
+// leaves; in its next hold P1, beside it, writes with fence 2 before P0
+// writes with fence 3. The store accepts each write in fence order, and
+// no write of a hold that another hold wrote after: fenced safety holds.
+func TestStoreForgetsAHoldThatEnded(t *testing.T) {
+	c, err := newChecker(CheckConfig{Algorithm: Centralized, N: 2, Requests: 2, Fenced: true,
+		build: func(int, int) machine { return &fakeMachine{} }})
+	require.NoError(t, err)
+	w, err := c.startWorld(false)
+	require.NoError(t, err)
+	enter := func(p int) {
+		_, h := w.drive(p)
+		h.entered(true)
+	}
+	write := func(p int, fence uint64) {
+		w.peers[p].d.holdFence = fence
+		st := w.write(p)
+		require.True(t, st.Accepted, "P%d's write with fence %d", p, fence)
+	}
+	enter(0)
+	write(0, 1)
+	_, h := w.drive(0)
+	h.left()
+	enter(0)
+	enter(1) // beside P0: with the store, recorded and the run goes on
+	write(1, 2)
+	write(0, 3)
+	assert.NoError(t, w.err)
+	assert.False(t, w.store.broken)
 }
