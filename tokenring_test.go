@@ -6,7 +6,6 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -279,14 +278,6 @@ func TestTokenRingCloneAndState(t *testing.T) {
 	assert.Equal(t, a.appendState(nil), b.appendState(nil))
 }
 
-// tokCPUTime returns the CPU time, user plus system, this process has used.
-func tokCPUTime(t *testing.T) time.Duration {
-	t.Helper()
-	var ru syscall.Rusage
-	require.NoError(t, syscall.Getrusage(syscall.RUSAGE_SELF, &ru))
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
 // TestTokenRingIdleIsQuiet measures an idle token-ring cluster for one
 // second, after a burst of work: once the token rests, nothing is sent and
 // no CPU is burnt. It also reports messages per entry at light load (one
@@ -348,9 +339,9 @@ func TestTokenRingIdleIsQuiet(t *testing.T) {
 	wg.Wait()
 
 	// Idle: one second.
-	idleFrom, cpuFrom := c.Stats(), tokCPUTime(t)
+	idleFrom, cpuFrom := c.Stats(), cpuTime()
 	time.Sleep(time.Second)
-	idle, cpu := c.Stats().Sub(idleFrom), tokCPUTime(t)-cpuFrom
+	idle, cpu := c.Stats().Sub(idleFrom), cpuTime()-cpuFrom
 
 	t.Logf("n=%d light load: %s, %.2f messages per entry", n, lightStats, float64(lightStats.Messages)/light)
 	t.Logf("n=%d full load: %s, %.3f messages per entry", n, fullStats, float64(fullStats.Messages)/float64(fullStats.Entries))
