@@ -74,12 +74,6 @@ type checkCase struct {
 	net         Network
 	big         bool // only with -dmutex.big
 	live        bool // big, but with the graph: liveness and bounded waiting are computed
-	// fingerprint is CheckConfig.Fingerprint (0 for the default), and
-	// states and memory the search's limits when not the big cases'
-	// defaults (bigLimit, bigMemory).
-	fingerprint int
-	states      int
-	memory      int64
 }
 
 func (cc checkCase) name() string {
@@ -121,15 +115,6 @@ func checkCases() []checkCase {
 				}
 				if a == Centralized && net == NetworkFIFO {
 					cs = append(cs, checkCase{v: v, n: 4, requests: 1, net: net})
-				}
-				if a == Lamport {
-					// The bound on overtaking at n = 4 (docs/checking.md
-					// gives its time and memory): tens of millions of states with
-					// the graph, kept in mapped arrays with 64-bit
-					// fingerprints (the chance of a collision is in the
-					// docs), up to 14 GiB as the search counts it.
-					cs = append(cs, checkCase{v: v, n: 4, requests: 1, net: net, big: true, live: true,
-						fingerprint: 64, states: 400_000_000, memory: 14 << 30})
 				}
 				if a == LodhaKshemkalyani {
 					// The bound on overtaking at n = 4: 1.4M states with
@@ -281,7 +266,7 @@ func modelCheckConfig(cc checkCase) CheckConfig {
 	limit := bigLimit(cc)
 	return CheckConfig{
 		Algorithm: cc.v.alg, Options: cc.v.opts, N: cc.n, Requests: cc.requests,
-		Network: cc.net, MaxStates: limit, MaxMemory: bigMemory(cc), Fingerprint: cc.fingerprint,
+		Network: cc.net, MaxStates: limit, MaxMemory: bigMemory(cc),
 		SafetyOnly: (cc.big && !cc.live) || (raceEnabled && cc.v.alg == Lamport && cc.n == 3),
 	}
 }
@@ -290,9 +275,6 @@ func modelCheckConfig(cc checkCase) CheckConfig {
 // search counts it for the big cases with the graph, which keeps the
 // process under about 10 GB.
 func bigMemory(cc checkCase) int64 {
-	if cc.memory != 0 {
-		return cc.memory
-	}
 	if cc.big && cc.live {
 		return 6 << 30
 	}
@@ -304,9 +286,6 @@ func bigMemory(cc checkCase) int64 {
 // past their sizes.
 func bigLimit(cc checkCase) int {
 	limit := *maxStates
-	if cc.states != 0 && limit == 0 {
-		return cc.states
-	}
 	if cc.big && cc.live && limit == 0 {
 		// With the graph (100 to 200 bytes a state, depth first,
 		// with the garbage): stop well short of the machine's memory.

@@ -91,6 +91,42 @@ import (
 // the two searches differ: which of two colliding states is explored
 // depends on the order.
 
+// What a state costs, and why the savings change no result. The graph
+// is kept as arrays of plain numbers: per state its offset (4 bytes),
+// what holds there (stateInfo, 12) and, once renumbered, its parent (4);
+// per edge its target (4) and one byte naming its kind (edgeKind: its
+// fairness class and the peer it lets in, as a byte while a search has
+// at most 256 kinds, which every FIFO configuration here has; past that
+// the bytes are widened into the 4-byte class and the 1-byte entry they
+// name). The table of hashes adds 12 to 20 bytes a slot (CheckConfig.
+// Fingerprint). With four or five edges a state that is 60 to 80 bytes a
+// state, against some 190 before, because:
+//
+//   - The arrays grew by append in the Go heap: each growth copied the
+//     array into one a quarter bigger, the old copy stayed until the
+//     collector ran, and the collector let the heap reach twice what it
+//     had found live. Past a million elements they now live in memory
+//     mapped once for the most they can hold (bigarray.go), which the
+//     kernel backs only as it is written: no copy, no garbage. They are
+//     the same slices of the same types, read and written as before.
+//   - The byte of an edge is a name: edgeClass and edgeEntry return the
+//     very class and entry classOf and the step gave, so liveness, fate
+//     and the counterexamples read the same graph (TestDepthFirstGraph-
+//     Compact compares it with the breadth-first search's, with the byte
+//     made to widen midway).
+//   - renumber copies one array at a time into its new order and returns
+//     the old one at once; liveness's scratch is returned when it ends.
+//   - With 64-bit fingerprints (CheckConfig.Fingerprint) the table costs
+//     12 bytes a slot instead of 20; what a collision could do, and its
+//     chance, which each result prints, are in Check's documentation and
+//     docs/checking.md. That is the one change here that trades
+//     exactness, and only when asked for.
+//
+// The search counts what it holds (checkmem.go) before each step,
+// including the table's next doubling (the new table beside the old) and
+// the larger of renumber's and liveness's additions, so that its memory
+// limit stops it before the system would.
+
 // deepFrame is one state on the depth-first path: its world, its
 // number, its transitions and the next one to take.
 type deepFrame struct {
