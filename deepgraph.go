@@ -11,8 +11,9 @@ import (
 // What the liveness pass needs is the transition graph: for each state
 // what holds there (stateInfo) and its edges, each with its target, its
 // fairness class and the peer it lets in. Stored compactly that is about
-// 40 bytes a state and 9 an edge, with the table of hashes: some 100 bytes
-// a state for the algorithms here, which have 2 to 5 edges a state. What
+// 40 bytes a state and 5 an edge, with the table of hashes: 60 to 100
+// bytes a state for the algorithms here, which have 2 to 5 edges a state
+// (see "What a state costs" below). What
 // made the breadth-first search cost 1 to 1.5 KB a state was not the graph
 // but its frontier, the worlds found and not yet expanded (a fifth to a
 // third of all states at the widest level, each a World of one or more
