@@ -244,22 +244,24 @@ type CheckConfig struct {
 	// no Fenced store.
 	PartialOrder bool
 
-	// Workers, if positive, is the number of goroutines that expand
-	// states: the search is then breadth first, in batches of states that
-	// the workers expand at once and one goroutine merges in the order of
-	// the queue (see parallel.go), so that the result (States,
-	// Transitions, every verdict, the counterexample, a shortest one) is
-	// the same for any number of workers, and the same as without them
-	// with the graph. With SafetyOnly the search keeps no graph but is
-	// breadth first too, keeping 8 bytes more a state than depth first
-	// (its number and its parent) and the worlds of the frontier (bounded
-	// by MaxMemory) instead of those of one path. 0, the default, is one
-	// goroutine, depth first with SafetyOnly. It excludes PartialOrder,
-	// whose reduction needs a depth-first path. BenchmarkCheckParallel
-	// measures what it gains: breadth first, each new state is a new
-	// world for the garbage collector to scan, so a state costs more CPU
-	// than depth first, and with two cores the collector already uses part
-	// of the second; more workers than cores only add waiting.
+	// Workers, if positive, is the number of goroutines that search. With
+	// SafetyOnly, each runs the depth-first search on a share of the
+	// states, all inserting into one visited set, so that a complete
+	// search counts the same States, Transitions and Blocked for any
+	// number of workers, and as many as depth first on one goroutine, at
+	// about the same CPU time a state; when a worker meets a violation, a
+	// deadlock or a limit, the search is made again breadth first on one
+	// goroutine, whose result (the states up to there, a shortest
+	// counterexample) does not depend on the workers (see parallel.go).
+	// With the graph, the search is breadth first, in batches of states
+	// that the workers expand at once and one goroutine merges in the
+	// order of the queue, so that the result (States, Transitions, every
+	// verdict, the counterexample, a shortest one) is the same for any
+	// number of workers, and the same as without them. 0, the default, is
+	// one goroutine, depth first with SafetyOnly. It excludes
+	// PartialOrder, whose reduction needs a depth-first path.
+	// BenchmarkCheckParallel measures what it gains; more workers than
+	// cores only add waiting.
 	Workers int
 
 	// StampGaps counts as one the states of a world of clock machines
@@ -1069,6 +1071,8 @@ func (c *checker) explore(ctx context.Context) error {
 	c.lastReport = c.start
 	var complete bool
 	switch {
+	case c.cc.Workers > 0 && !c.graph:
+		complete, err = c.parallelDepthFirst(w)
 	case c.cc.Workers > 0:
 		complete, err = c.parallelBreadthFirst(w)
 	case c.deep:

@@ -1,8 +1,10 @@
 package dmutex
 
 import (
+	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // The parallel search (CheckConfig.Workers).
@@ -221,4 +223,288 @@ func (c *checker) parallelBreadthFirst(w *World) (bool, error) {
 		}
 	}
 	return true, nil
+}
+
+// The parallel depth-first search (CheckConfig.Workers with SafetyOnly).
+//
+// Each worker runs the depth-first search of depthFirst on a share of the
+// state space, and all of them insert into one visited set
+// (sharedVisited): the worker that inserts a state first owns it, and
+// examines it and takes each of its transitions, so that every reachable
+// state is examined once and every transition taken once, whatever the
+// number of workers and however they interleave. A complete search thus
+// counts the same States, Transitions and Blocked as depthFirst (and as
+// the breadth-first search with the graph), and decides safety and
+// deadlock freedom the same way. Work is shared by handing over frames:
+// a worker that runs dry says so (hungry), and a busy one gives it the
+// lowest frame of its path that has transitions left (the world, which
+// it then no longer touches, and those transitions), the biggest share
+// it has. The frontier stays the workers' paths and the few frames
+// handed over, and the garbage collector has little to scan.
+//
+// Only whether the search finds something is independent of timing, not
+// where it stops: which violation is met first, and how many states were
+// counted by then, change from run to run. So when a worker meets
+// anything that would stop the search or make its answer depend on the
+// order (a safety violation, a deadlock, two peers inside under Fenced,
+// the state or memory limit), every worker stops, and the search is made
+// again from the start by parallelBreadthFirst, whose result does not
+// depend on the workers: the states up to the violation or limit, and a
+// shortest counterexample. That costs a second search, but one that stops
+// early when the violation is shallow; a deadlock deep in a big space, or
+// a run to a state limit, pays for it in full.
+
+// A task is a frame of a depth-first search handed from one worker to
+// another: a state already examined, and the transitions from it still
+// to take.
+type task struct {
+	w   *World
+	trs []Transition
+}
+
+// pdfs is the shared part of a parallel depth-first search.
+type pdfs struct {
+	c       *checker
+	set     *sharedVisited
+	workers int
+
+	mu   sync.Mutex
+	cond sync.Cond
+	pool []task
+	idle int
+	done bool
+
+	hungry atomic.Int32 // workers waiting for a task
+	stop   atomic.Bool  // every worker stops: see redo and cut
+	redo   atomic.Bool  // a violation or limit: the search is made again breadth first
+	cut    atomic.Bool  // the context ended
+	states atomic.Int64
+}
+
+// pworker is one worker's scratch and counts.
+type pworker struct {
+	hash        hasher
+	transitions int
+	blocked     int
+	added       int
+	first       bool // the worker that reports progress
+}
+
+// parallelDepthFirst explores from w as described above, with
+// c.cc.Workers workers, without the graph. It reports whether it saw
+// every state, and returns errInterrupted as soon as the context ends.
+func (c *checker) parallelDepthFirst(w *World) (bool, error) {
+	p := &pdfs{c: c, set: newSharedVisited(c.cc.Fingerprint), workers: c.cc.Workers}
+	p.cond.L = &p.mu
+	x0 := &pworker{hash: hasher{seeds: &c.seeds, bits: c.cc.Fingerprint}, first: true}
+	p.set.add(x0.hash.fingerprint(w))
+	p.states.Store(1)
+	trs, v, flags, _ := inspect(w, nil)
+	if flags&stBlocked != 0 {
+		x0.blocked++
+	}
+	if v != vOK {
+		p.redo.Store(true)
+	} else {
+		p.pool = append(p.pool, task{w: w, trs: trs})
+		xs := make([]*pworker, p.workers)
+		xs[0] = x0
+		for i := 1; i < len(xs); i++ {
+			xs[i] = &pworker{hash: hasher{seeds: &c.seeds, bits: c.cc.Fingerprint}}
+		}
+		var wg sync.WaitGroup
+		for _, x := range xs[1:] {
+			wg.Go(func() { p.run(x) })
+		}
+		p.run(x0)
+		wg.Wait()
+		for _, x := range xs {
+			c.res.Transitions += x.transitions
+			c.res.Blocked += x.blocked
+		}
+	}
+	switch {
+	case p.cut.Load():
+		c.res.States = int(p.states.Load())
+		return false, errInterrupted
+	case p.redo.Load():
+		return c.redoBreadthFirst()
+	}
+	c.res.States = p.set.len()
+	c.expanded = c.res.States
+	c.waiting = 0
+	return true, nil
+}
+
+// redoBreadthFirst makes the search again from the start, breadth first
+// on one goroutine, as if the parallel depth-first search had not run.
+func (c *checker) redoBreadthFirst() (bool, error) {
+	w, err := c.startWorld(false)
+	if err != nil {
+		return false, err
+	}
+	c.res = searchResult{MaxOvertakes: -1}
+	c.parent = c.parent[:0]
+	c.firstDeadlock, c.deadlockPath = -1, nil
+	c.unsafe, c.fencedBroken, c.overlap = false, false, nil
+	c.stopped = ""
+	c.expanded, c.worldSize, c.samples, c.waiting = 0, 0, 0, 0
+	c.sample(w)
+	c.fps = newVisited(true, c.cc.Fingerprint)
+	c.fps.add(c.fingerprint(w), 0)
+	c.res.States = 1
+	workers := c.cc.Workers
+	c.cc.Workers = 1
+	defer func() { c.cc.Workers = workers }()
+	return c.parallelBreadthFirst(w)
+}
+
+// halt stops every worker; redo says that the search must be made again.
+func (p *pdfs) halt(redo bool) {
+	if redo {
+		p.redo.Store(true)
+	} else {
+		p.cut.Store(true)
+	}
+	p.stop.Store(true)
+	p.mu.Lock()
+	p.done = true
+	p.cond.Broadcast()
+	p.mu.Unlock()
+}
+
+// run takes tasks until there are none left and every worker waits for
+// one, or the search stops.
+func (p *pdfs) run(x *pworker) {
+	for {
+		t, ok := p.get()
+		if !ok {
+			return
+		}
+		p.explore(x, t)
+	}
+}
+
+// get returns a task to explore, or false when the search is over.
+func (p *pdfs) get() (task, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for len(p.pool) == 0 && !p.done {
+		p.idle++
+		if p.idle == p.workers {
+			p.done = true // nobody is left to hand a task over
+			p.cond.Broadcast()
+			break
+		}
+		p.hungry.Add(1)
+		p.cond.Wait()
+		p.hungry.Add(-1)
+		p.idle--
+	}
+	if p.done || p.stop.Load() {
+		return task{}, false
+	}
+	t := p.pool[len(p.pool)-1]
+	p.pool[len(p.pool)-1] = task{}
+	p.pool = p.pool[:len(p.pool)-1]
+	return t, true
+}
+
+// share hands the lowest frame of stack with transitions left to a
+// hungry worker, if one still waits.
+func (p *pdfs) share(stack []dfsFrame) {
+	for i := range stack {
+		f := &stack[i]
+		if f.next == f.limit {
+			continue
+		}
+		p.mu.Lock()
+		if int(p.hungry.Load()) > len(p.pool) {
+			p.pool = append(p.pool, task{w: f.w, trs: slices.Clone(f.trs[f.next:f.limit])})
+			// The world is the other worker's now; no frame below has
+			// transitions left, so this level's world is never reused
+			// for a sibling.
+			f.limit, f.w = f.next, nil
+			p.cond.Signal()
+		}
+		p.mu.Unlock()
+		return
+	}
+}
+
+// explore runs the depth-first search from the task's world over the
+// task's transitions. The worlds of its path are its own: a fresh stack
+// for each task, since the worlds handed over from an earlier one may
+// share machines with them.
+func (p *pdfs) explore(x *pworker, t task) {
+	c := p.c
+	stack := []dfsFrame{{w: t.w, trs: t.trs, limit: len(t.trs)}}
+	for len(stack) > 0 {
+		top := len(stack) - 1
+		f := &stack[top]
+		if f.next == f.limit {
+			stack = stack[:top]
+			continue
+		}
+		if p.stop.Load() {
+			return
+		}
+		if c.interrupted() {
+			p.halt(false)
+			return
+		}
+		if p.hungry.Load() > 0 {
+			p.share(stack)
+			if f.next == f.limit {
+				continue
+			}
+		}
+		tr := f.trs[f.next]
+		f.next++
+		x.transitions++
+		if top+1 == cap(stack) {
+			stack = append(stack, dfsFrame{})[:top+1]
+			f = &stack[top]
+		}
+		child := &stack[:top+2][top+1]
+		if child.w == nil {
+			child.w = new(World)
+		}
+		next := f.w.cloneInto(child.w)
+		st, err := next.apply(tr)
+		if err != nil || st.overlap != nil {
+			p.halt(true)
+			return
+		}
+		if p.set.add(x.hash.fingerprint(next)) {
+			continue
+		}
+		n := p.states.Add(1)
+		if c.limit > 0 && n > int64(c.limit) {
+			p.halt(true)
+			return
+		}
+		x.added++
+		if x.added&4095 == 0 && x.first && c.cc.Progress != nil && time.Since(c.lastReport) > time.Second {
+			c.lastReport = time.Now()
+			c.cc.Progress(CheckProgress{States: int(n), Elapsed: time.Since(c.start), Memory: p.set.bytes.Load() + int64(len(stack)*p.workers)*c.worldSize})
+		}
+		if x.added&1023 == 0 && c.budget > 0 && p.set.bytes.Load()+int64(len(stack)*p.workers)*c.worldSize > c.budget {
+			p.halt(true)
+			return
+		}
+		stack = stack[:top+2]
+		g := &stack[top+1]
+		var v verdict
+		var flags uint8
+		g.trs, v, flags, _ = inspect(g.w, g.trs)
+		g.next, g.limit = 0, len(g.trs)
+		if flags&stBlocked != 0 {
+			x.blocked++
+		}
+		if v != vOK {
+			p.halt(true)
+			return
+		}
+	}
 }

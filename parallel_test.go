@@ -120,6 +120,40 @@ func TestParallelConfig(t *testing.T) {
 	}
 }
 
+// TestParallelDepthFirstAgrees: without the graph, the parallel
+// depth-first search over a space big enough for the workers to hand
+// frames to each other many times counts the same states, transitions and
+// blocked states with 1, 2 and 4 workers as the depth-first search on one
+// goroutine, and decides the same; with a state limit, or a deadlock, it
+// redoes the search breadth first, with the
+// same result for any number of workers.
+func TestParallelDepthFirstAgrees(t *testing.T) {
+	for _, cfg := range []CheckConfig{
+		{Algorithm: Lamport, N: 3},
+		{Algorithm: TokenRing, N: 4, Faults: CheckFaults{Crash: true}},
+		{Algorithm: RicartAgrawala, N: 4, MaxStates: 20000},
+		{Variant: "maekawa-no-inquire"},
+	} {
+		cfg.SafetyOnly, cfg.MaxMemory = true, -1
+		one := mustCheck(t, cfg)
+		var first CheckResult
+		for _, workers := range []int{1, 2, 4} {
+			cfg.Workers = workers
+			got := mustCheck(t, cfg)
+			if workers == 1 {
+				first = got
+			}
+			assert.Equal(t, strip(first), strip(got), "%v: %d workers against 1", cfg.Algorithm, workers)
+		}
+		if one.Complete && one.Violation == nil {
+			assert.Equal(t, strip(one), strip(first), "%v: workers against depth first", cfg.Algorithm)
+		} else {
+			assert.Equal(t, one.Safe, first.Safe)
+			assert.Equal(t, one.DeadlockFree, first.DeadlockFree)
+		}
+	}
+}
+
 // TestParallelInterrupted: a context that ends stops the parallel search
 // at once, with what it found so far and no goroutine left behind (goleak
 // in TestMain).

@@ -1,6 +1,10 @@
 package dmutex
 
-import "math"
+import (
+	"math"
+	"sync"
+	"sync/atomic"
+)
 
 // visited is the checker's set of explored states: an open-addressing
 // hash table of fingerprints with linear probing, and, when the checker
@@ -22,7 +26,12 @@ type visited struct {
 type fingerprint [2]uint64
 
 func newVisited(withIDs bool, bits int) *visited {
-	const size = 1 << 16
+	return newVisitedSize(withIDs, bits, 1<<16)
+}
+
+// newVisitedSize is newVisited with a table of size slots to start with
+// (a power of two).
+func newVisitedSize(withIDs bool, bits int, size uint64) *visited {
 	v := &visited{mask: size - 1}
 	if bits == 64 {
 		v.keys64 = make([]uint64, size)
@@ -213,4 +222,49 @@ func (v *visited) renumber(perm []int32) {
 		}
 		v.ids[i] = perm[id]
 	}
+}
+
+// sharedVisited is a visited set that goroutines share: 64 tables, each
+// behind its own lock, chosen by a fingerprint's top bits, so that two
+// workers rarely want the same lock (and then for the few nanoseconds of
+// a probe), and a table that grows stalls only the workers that want it.
+type sharedVisited struct {
+	shards [64]struct {
+		mu sync.Mutex
+		v  *visited
+		_  [48]byte // a cache line each
+	}
+	bytes atomic.Int64
+}
+
+func newSharedVisited(bits int) *sharedVisited {
+	s := new(sharedVisited)
+	for i := range s.shards {
+		s.shards[i].v = newVisitedSize(false, bits, 1<<10)
+		s.bytes.Add(s.shards[i].v.bytes())
+	}
+	return s
+}
+
+// add puts fp into the set and reports whether it was there already.
+func (s *sharedVisited) add(fp fingerprint) bool {
+	sh := &s.shards[fp[0]>>58]
+	sh.mu.Lock()
+	before := sh.v.bytes()
+	_, seen := sh.v.add(fp, 0)
+	if after := sh.v.bytes(); after != before {
+		s.bytes.Add(after - before)
+	}
+	sh.mu.Unlock()
+	return seen
+}
+
+// len returns the number of fingerprints in the set; the caller makes
+// sure nobody adds any meanwhile.
+func (s *sharedVisited) len() int {
+	n := 0
+	for i := range s.shards {
+		n += s.shards[i].v.len()
+	}
+	return n
 }
