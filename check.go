@@ -250,8 +250,8 @@ type CheckConfig struct {
 	// search counts the same States, Transitions and Blocked for any
 	// number of workers, and as many as depth first on one goroutine, at
 	// about the same CPU time a state; when a worker meets a violation, a
-	// deadlock or a limit, the search is made again breadth first on one
-	// goroutine, whose result (the states up to there, a shortest
+	// deadlock or a limit, the search is made again breadth first, as
+	// with the graph below, whose result (the states up to there, a shortest
 	// counterexample) does not depend on the workers (see parallel.go).
 	// With the graph, the search is breadth first, in batches of states
 	// that the workers expand at once and one goroutine merges in the
@@ -1071,8 +1071,14 @@ func (c *checker) explore(ctx context.Context) error {
 	c.lastReport = c.start
 	var complete bool
 	switch {
-	case c.cc.Workers > 0 && !c.graph:
-		complete, err = c.parallelDepthFirst(w)
+	case c.cc.Workers > 0 && !c.graph && !c.cc.breadthFirst:
+		var redo bool
+		complete, redo, err = c.parallelDepthFirst(w)
+		if redo {
+			// Where the workers stopped depends on their timing; the
+			// breadth-first search's result does not (parallel.go).
+			return c.again(ctx)
+		}
 	case c.cc.Workers > 0:
 		complete, err = c.parallelBreadthFirst(w)
 	case c.deep:

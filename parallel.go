@@ -248,7 +248,7 @@ func (c *checker) parallelBreadthFirst(w *World) (bool, error) {
 // anything that would stop the search or make its answer depend on the
 // order (a safety violation, a deadlock, two peers inside under Fenced,
 // the state or memory limit), every worker stops, and the search is made
-// again from the start by parallelBreadthFirst, whose result does not
+// again from the start by parallelBreadthFirst (checker.again), whose result does not
 // depend on the workers: the states up to the violation or limit, and a
 // shortest counterexample. That costs a second search, but one that stops
 // early when the violation is shallow; a deadlock deep in a big space, or
@@ -292,8 +292,9 @@ type pworker struct {
 
 // parallelDepthFirst explores from w as described above, with
 // c.cc.Workers workers, without the graph. It reports whether it saw
-// every state, and returns errInterrupted as soon as the context ends.
-func (c *checker) parallelDepthFirst(w *World) (bool, error) {
+// every state, and whether the search must be made again breadth first
+// (see above); it returns errInterrupted as soon as the context ends.
+func (c *checker) parallelDepthFirst(w *World) (complete, redo bool, err error) {
 	p := &pdfs{c: c, set: newSharedVisited(c.cc.Fingerprint), workers: c.cc.Workers}
 	p.cond.L = &p.mu
 	x0 := &pworker{hash: hasher{seeds: &c.seeds, bits: c.cc.Fingerprint}, first: true}
@@ -326,37 +327,14 @@ func (c *checker) parallelDepthFirst(w *World) (bool, error) {
 	switch {
 	case p.cut.Load():
 		c.res.States = int(p.states.Load())
-		return false, errInterrupted
+		return false, false, errInterrupted
 	case p.redo.Load():
-		return c.redoBreadthFirst()
+		return false, true, nil
 	}
 	c.res.States = p.set.len()
 	c.expanded = c.res.States
 	c.waiting = 0
-	return true, nil
-}
-
-// redoBreadthFirst makes the search again from the start, breadth first
-// on one goroutine, as if the parallel depth-first search had not run.
-func (c *checker) redoBreadthFirst() (bool, error) {
-	w, err := c.startWorld(false)
-	if err != nil {
-		return false, err
-	}
-	c.res = searchResult{MaxOvertakes: -1}
-	c.parent = c.parent[:0]
-	c.firstDeadlock, c.deadlockPath = -1, nil
-	c.unsafe, c.fencedBroken, c.overlap = false, false, nil
-	c.stopped = ""
-	c.expanded, c.worldSize, c.samples, c.waiting = 0, 0, 0, 0
-	c.sample(w)
-	c.fps = newVisited(true, c.cc.Fingerprint)
-	c.fps.add(c.fingerprint(w), 0)
-	c.res.States = 1
-	workers := c.cc.Workers
-	c.cc.Workers = 1
-	defer func() { c.cc.Workers = workers }()
-	return c.parallelBreadthFirst(w)
+	return true, false, nil
 }
 
 // halt stops every worker; redo says that the search must be made again.
