@@ -268,13 +268,15 @@ type pdfs struct {
 	set     *sharedVisited
 	workers int
 
-	mu   sync.Mutex
-	cond sync.Cond
-	pool []task
-	idle int
-	done bool
+	mu       sync.Mutex
+	cond     sync.Cond
+	pool     []task
+	idle     int // workers in get
+	waiting  int // workers waiting for a task that nobody has handed over yet
+	promised int // tasks in pool handed over to waiting workers
+	done     bool
 
-	hungry atomic.Int32 // workers waiting for a task
+	hungry atomic.Int32 // waiting, to read without the lock
 	stop   atomic.Bool  // every worker stops: see redo and cut
 	redo   atomic.Bool  // a violation or limit: the search is made again breadth first
 	cut    atomic.Bool  // the context ended
@@ -363,33 +365,44 @@ func (p *pdfs) run(x *pworker) {
 	}
 }
 
-// get returns a task to explore, or false when the search is over.
+// get returns a task to explore, or false when the search is over. A
+// task handed to a waiting worker is promised to it, so that the worker
+// that handed it over, running dry first, does not take it back (and hand
+// its own world over again, and again, while the other waits to be
+// scheduled on a busy machine).
 func (p *pdfs) get() (task, bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	for len(p.pool) == 0 && !p.done {
-		p.idle++
-		if p.idle == p.workers {
-			p.done = true // nobody is left to hand a task over
-			p.cond.Broadcast()
-			break
+	woken := false
+	for !p.done {
+		switch {
+		case woken && p.promised > 0:
+			p.promised--
+		case len(p.pool) > p.promised:
+		default:
+			p.idle++
+			if p.idle == p.workers && len(p.pool) == 0 {
+				p.done = true // nobody is left to hand a task over
+				p.cond.Broadcast()
+				return task{}, false
+			}
+			p.waiting++
+			p.hungry.Store(int32(p.waiting))
+			p.cond.Wait()
+			p.idle--
+			woken = true
+			continue
 		}
-		p.hungry.Add(1)
-		p.cond.Wait()
-		p.hungry.Add(-1)
-		p.idle--
+		t := p.pool[len(p.pool)-1]
+		p.pool[len(p.pool)-1] = task{}
+		p.pool = p.pool[:len(p.pool)-1]
+		return t, true
 	}
-	if p.done || p.stop.Load() {
-		return task{}, false
-	}
-	t := p.pool[len(p.pool)-1]
-	p.pool[len(p.pool)-1] = task{}
-	p.pool = p.pool[:len(p.pool)-1]
-	return t, true
+	return task{}, false
 }
 
 // share hands the lowest frame of stack with transitions left to a
-// hungry worker, if one still waits.
+// worker that waits for one, if one still does.
 func (p *pdfs) share(stack []dfsFrame) {
 	for i := range stack {
 		f := &stack[i]
@@ -397,12 +410,15 @@ func (p *pdfs) share(stack []dfsFrame) {
 			continue
 		}
 		p.mu.Lock()
-		if int(p.hungry.Load()) > len(p.pool) {
+		if p.waiting > 0 && !p.done {
 			p.pool = append(p.pool, task{w: f.w, trs: slices.Clone(f.trs[f.next:f.limit])})
 			// The world is the other worker's now; no frame below has
 			// transitions left, so this level's world is never reused
 			// for a sibling.
 			f.limit, f.w = f.next, nil
+			p.waiting--
+			p.promised++
+			p.hungry.Store(int32(p.waiting))
 			p.cond.Signal()
 		}
 		p.mu.Unlock()

@@ -171,8 +171,9 @@ func TestParallelInterrupted(t *testing.T) {
 // BenchmarkCheckParallel measures the parallel search on a fixed corpus,
 // safety and deadlock only: Lamport at n = 3 and Ricart-Agrawala at n = 4,
 // one request per peer. In one run it checks the corpus on one goroutine
-// depth first (workers=0, the default), and breadth first with one and
-// two workers, and reports for each the states a second of wall time and
+// depth first (workers=0, the default), and with one and two workers
+// (each depth first, on one shared table: parallelDepthFirst), and
+// reports for each the states a second of wall time and
 // the CPU time a state (user and system, of the whole process), and the
 // ratios of two workers' rate to one's and to the default's. On a loaded
 // machine the wall-time rates fall with the share of the cores the
