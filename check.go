@@ -678,6 +678,8 @@ type checker struct {
 	start  time.Time
 	done   <-chan struct{} // the context's
 
+	handovers int // frames the parallel depth-first search handed over, for tests
+
 	graph bool
 	// Per state, in order of discovery (which is the order of expansion,
 	// breadth first): parent[s] is the state it was found from (-1 for

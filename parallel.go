@@ -1,7 +1,6 @@
 package dmutex
 
 import (
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -235,12 +234,9 @@ func (c *checker) parallelBreadthFirst(w *World) (bool, error) {
 // number of workers and however they interleave. A complete search thus
 // counts the same States, Transitions and Blocked as depthFirst (and as
 // the breadth-first search with the graph), and decides safety and
-// deadlock freedom the same way. Work is shared by handing over frames:
-// a worker that runs dry says so (hungry), and a busy one gives it the
-// lowest frame of its path that has transitions left (the world, which
-// it then no longer touches, and those transitions), the biggest share
-// it has. The frontier stays the workers' paths and the few frames
-// handed over, and the garbage collector has little to scan.
+// deadlock freedom the same way. The frontier stays the workers' paths
+// and the few frames handed over, and the garbage collector has little
+// to scan.
 //
 // Only whether the search finds something is independent of timing, not
 // where it stops: which violation is met first, and how many states were
@@ -248,11 +244,47 @@ func (c *checker) parallelBreadthFirst(w *World) (bool, error) {
 // anything that would stop the search or make its answer depend on the
 // order (a safety violation, a deadlock, two peers inside under Fenced,
 // the state or memory limit), every worker stops, and the search is made
-// again from the start by parallelBreadthFirst (checker.again), whose result does not
-// depend on the workers: the states up to the violation or limit, and a
-// shortest counterexample. That costs a second search, but one that stops
-// early when the violation is shallow; a deadlock deep in a big space, or
-// a run to a state limit, pays for it in full.
+// again from the start by parallelBreadthFirst (checker.again), whose
+// result does not depend on the workers: the states up to the violation
+// or limit, and a shortest counterexample. That costs a second search,
+// but one that stops early when the violation is shallow; a deadlock deep
+// in a big space, or a run to a state limit, pays for it in full.
+//
+// # Handing work over, and knowing when it is all done
+//
+// A worker is busy while it holds frames with transitions left, and idle
+// otherwise. An idle worker puts itself on the list p.idle, under p.mu,
+// and blocks on its own condition variable until it is handed a task or
+// the search is over; it never spins. A busy worker reads p.hungry (the
+// length of p.idle, stored under p.mu) once a transition, and when it is
+// not zero hands over the lowest frame of its path that has transitions
+// left, if that frame is not its top one: under p.mu it takes an idle
+// worker off the list, puts the task in that worker's slot and signals
+// it. The worker handed a task is busy from that moment, before it even
+// wakes, so nobody else (the giver running dry meanwhile included) can
+// take the task or count that worker as idle.
+//
+// The search is over exactly when every worker is on the list: a task
+// lives only in the slot of a worker that is off the list, or in the
+// frames of a busy one, so with all of them on the list no transition is
+// left to take, and no worker is left to hand one over. The worker that
+// completes the list (under p.mu, where every change to it happens) sees
+// that, sets p.done and wakes the others. halt, for a violation, a limit
+// or the context, does the same at any time.
+//
+// Why it terminates: a busy worker never blocks except on p.mu, held for
+// a few instructions. Each of its steps takes a transition (finitely many:
+// each state is expanded once), pops a frame (at most one for each
+// push), or hands a frame over. It never hands over its top frame, so it
+// keeps at least one transition to take itself, and each hand-over leaves
+// it one frame fewer below its top with transitions left: between two of
+// its transitions it hands over at most as many frames as its path is
+// deep. (The search this replaces let a worker hand over its top frame,
+// the whole of a task it had just been given before taking a step of it:
+// two workers then threw one task to each other for ever, each going idle
+// as the other woke, 67 million hand-overs in 10 minutes under -race.) So
+// the busy workers run out of transitions, and go idle one by one; the
+// last completes the list.
 
 // A task is a frame of a depth-first search handed from one worker to
 // another: a state already examined, and the transitions from it still
@@ -268,19 +300,17 @@ type pdfs struct {
 	set     *sharedVisited
 	workers int
 
-	mu       sync.Mutex
-	cond     sync.Cond
-	pool     []task
-	idle     int // workers in get
-	waiting  int // workers waiting for a task that nobody has handed over yet
-	promised int // tasks in pool handed over to waiting workers
-	done     bool
+	mu   sync.Mutex
+	idle []*pworker // idle workers, each waiting on its wake for a task
+	done bool       // the search is over: every worker idle, or halted
 
-	hungry atomic.Int32 // waiting, to read without the lock
+	hungry atomic.Int32 // len(idle), to read without the lock
 	stop   atomic.Bool  // every worker stops: see redo and cut
 	redo   atomic.Bool  // a violation or limit: the search is made again breadth first
 	cut    atomic.Bool  // the context ended
 	states atomic.Int64
+
+	handovers atomic.Int64 // tasks handed over (checker.handovers)
 }
 
 // pworker is one worker's scratch and counts.
@@ -290,6 +320,9 @@ type pworker struct {
 	blocked     int
 	added       int
 	first       bool // the worker that reports progress
+
+	wake sync.Cond // on p.mu: signalled when next is set, or the search is over
+	next *task     // handed over by a busy worker, under p.mu
 }
 
 // parallelDepthFirst explores from w as described above, with
@@ -298,8 +331,12 @@ type pworker struct {
 // (see above); it returns errInterrupted as soon as the context ends.
 func (c *checker) parallelDepthFirst(w *World) (complete, redo bool, err error) {
 	p := &pdfs{c: c, set: newSharedVisited(c.cc.Fingerprint), workers: c.cc.Workers}
-	p.cond.L = &p.mu
-	x0 := &pworker{hash: hasher{seeds: &c.seeds, bits: c.cc.Fingerprint}, first: true}
+	xs := make([]*pworker, p.workers)
+	for i := range xs {
+		xs[i] = &pworker{hash: hasher{seeds: &c.seeds, bits: c.cc.Fingerprint}, first: i == 0}
+		xs[i].wake.L = &p.mu
+	}
+	x0 := xs[0]
 	p.set.add(x0.hash.fingerprint(w))
 	p.states.Store(1)
 	trs, v, flags, _ := inspect(w, nil)
@@ -309,18 +346,15 @@ func (c *checker) parallelDepthFirst(w *World) (complete, redo bool, err error) 
 	if v != vOK {
 		p.redo.Store(true)
 	} else {
-		p.pool = append(p.pool, task{w: w, trs: trs})
-		xs := make([]*pworker, p.workers)
-		xs[0] = x0
-		for i := 1; i < len(xs); i++ {
-			xs[i] = &pworker{hash: hasher{seeds: &c.seeds, bits: c.cc.Fingerprint}}
-		}
+		// The first worker starts busy with the initial state; the others
+		// start idle.
 		var wg sync.WaitGroup
 		for _, x := range xs[1:] {
-			wg.Go(func() { p.run(x) })
+			wg.Go(func() { p.run(x, nil) })
 		}
-		p.run(x0)
+		p.run(x0, &task{w: w, trs: trs})
 		wg.Wait()
+		c.handovers = int(p.handovers.Load())
 		for _, x := range xs {
 			c.res.Transitions += x.transitions
 			c.res.Blocked += x.blocked
@@ -348,96 +382,97 @@ func (p *pdfs) halt(redo bool) {
 	}
 	p.stop.Store(true)
 	p.mu.Lock()
-	p.done = true
-	p.cond.Broadcast()
+	p.finish()
 	p.mu.Unlock()
 }
 
-// run takes tasks until there are none left and every worker waits for
-// one, or the search stops.
-func (p *pdfs) run(x *pworker) {
-	for {
-		t, ok := p.get()
-		if !ok {
-			return
-		}
-		p.explore(x, t)
+// finish ends the search and wakes every idle worker; p.mu is held.
+func (p *pdfs) finish() {
+	p.done = true
+	for _, x := range p.idle {
+		x.wake.Signal()
 	}
 }
 
-// get returns a task to explore, or false when the search is over. A
-// task handed to a waiting worker is promised to it, so that the worker
-// that handed it over, running dry first, does not take it back (and hand
-// its own world over again, and again, while the other waits to be
-// scheduled on a busy machine).
-func (p *pdfs) get() (task, bool) {
+// run explores t, if not nil, and then each task it is handed, until the
+// search is over. A worker that starts without a task starts idle: it
+// must be on the list, or the last busy worker would wait for it for
+// ever.
+func (p *pdfs) run(x *pworker, t *task) {
+	if t == nil {
+		t = p.get(x)
+	}
+	for t != nil {
+		p.explore(x, t)
+		t = p.get(x)
+	}
+}
+
+// get makes x idle until it is handed a task, which it returns, or until
+// the search is over (nil). If x is the last worker to go idle, the
+// search is over (see above).
+func (p *pdfs) get(x *pworker) *task {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	woken := false
-	for !p.done {
-		switch {
-		case woken && p.promised > 0:
-			p.promised--
-		case len(p.pool) > p.promised:
-		default:
-			p.idle++
-			if p.idle == p.workers && len(p.pool) == 0 {
-				p.done = true // nobody is left to hand a task over
-				p.cond.Broadcast()
-				return task{}, false
-			}
-			p.waiting++
-			p.hungry.Store(int32(p.waiting))
-			p.cond.Wait()
-			p.idle--
-			woken = true
-			continue
-		}
-		t := p.pool[len(p.pool)-1]
-		p.pool[len(p.pool)-1] = task{}
-		p.pool = p.pool[:len(p.pool)-1]
-		return t, true
+	if p.done {
+		return nil
 	}
-	return task{}, false
+	p.idle = append(p.idle, x)
+	p.hungry.Store(int32(len(p.idle)))
+	if len(p.idle) == p.workers {
+		p.finish()
+		return nil
+	}
+	for x.next == nil && !p.done {
+		x.wake.Wait()
+	}
+	t := x.next
+	x.next = nil
+	return t
 }
 
-// share hands the lowest frame of stack with transitions left to a
-// worker that waits for one, if one still does.
-func (p *pdfs) share(stack []dfsFrame) {
-	for i := range stack {
-		f := &stack[i]
-		if f.next == f.limit {
-			continue
-		}
-		p.mu.Lock()
-		if p.waiting > 0 && !p.done {
-			p.pool = append(p.pool, task{w: f.w, trs: slices.Clone(f.trs[f.next:f.limit])})
-			// The world is the other worker's now; no frame below has
-			// transitions left, so this level's world is never reused
-			// for a sibling.
-			f.limit, f.w = f.next, nil
-			p.waiting--
-			p.promised++
-			p.hungry.Store(int32(p.waiting))
-			p.cond.Signal()
-		}
-		p.mu.Unlock()
-		return
+// share hands stack[i], a frame with transitions left below the top one,
+// to an idle worker, if one is still idle, and reports whether it did.
+// The frame's world and transitions are the other worker's then: this
+// worker has no frame below stack[i] with transitions left, so it never
+// steps down to level i again in this task, and neither reuses the world
+// nor (explore's fresh stack for each task) any world that shares
+// machines with it.
+func (p *pdfs) share(stack []dfsFrame, i int) bool {
+	f := &stack[i]
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.idle) == 0 || p.done {
+		return false
 	}
+	x := p.idle[len(p.idle)-1]
+	p.idle[len(p.idle)-1] = nil
+	p.idle = p.idle[:len(p.idle)-1]
+	p.hungry.Store(int32(len(p.idle)))
+	x.next = &task{w: f.w, trs: f.trs[f.next:f.limit]}
+	f.w, f.trs, f.next, f.limit = nil, nil, 0, 0
+	x.wake.Signal()
+	p.handovers.Add(1)
+	return true
 }
 
 // explore runs the depth-first search from the task's world over the
 // task's transitions. The worlds of its path are its own: a fresh stack
 // for each task, since the worlds handed over from an earlier one may
 // share machines with them.
-func (p *pdfs) explore(x *pworker, t task) {
+func (p *pdfs) explore(x *pworker, t *task) {
 	c := p.c
 	stack := []dfsFrame{{w: t.w, trs: t.trs, limit: len(t.trs)}}
+	// low is a level at or below the lowest frame with transitions left:
+	// every frame under it is done, so a search for one to hand over
+	// starts there, and each frame is passed over once.
+	low := 0
 	for len(stack) > 0 {
 		top := len(stack) - 1
 		f := &stack[top]
 		if f.next == f.limit {
 			stack = stack[:top]
+			low = min(low, top)
 			continue
 		}
 		if p.stop.Load() {
@@ -448,9 +483,12 @@ func (p *pdfs) explore(x *pworker, t task) {
 			return
 		}
 		if p.hungry.Load() > 0 {
-			p.share(stack)
-			if f.next == f.limit {
-				continue
+			for low < top && stack[low].next == stack[low].limit {
+				low++
+			}
+			if low < top && p.share(stack, low) {
+				low++
+				continue // another idle worker may want the next frame up
 			}
 		}
 		tr := f.trs[f.next]

@@ -36,6 +36,12 @@ func TestParallelAgrees(t *testing.T) {
 		{Algorithm: TokenRing, N: 3, Requests: 1, build: func(id, _ int) machine { return &bouncer{id: id, token: id == 0} }},
 		{Algorithm: RicartAgrawala, N: 4, MaxStates: 5000},
 	}
+	if raceEnabled && !*bigChecks {
+		// Under -race (ten times slower) a few of each kind: a complete
+		// space, a safety violation, a broken fenced store and a state
+		// limit; TestParallelTerminates repeats the hand-over there.
+		cfgs = []CheckConfig{cfgs[0], cfgs[5], cfgs[9], cfgs[12]}
+	}
 	if *bigChecks {
 		cfgs = append(cfgs,
 			CheckConfig{Algorithm: RicartAgrawala, Requests: 2},
@@ -125,25 +131,43 @@ func TestParallelConfig(t *testing.T) {
 // frames to each other many times counts the same states, transitions and
 // blocked states with 1, 2 and 4 workers as the depth-first search on one
 // goroutine, and decides the same; with a state limit, or a deadlock, it
-// redoes the search breadth first, with the
-// same result for any number of workers.
+// redoes the search breadth first, with the same result for any number
+// of workers. Without -race it also compares Ricart-Agrawala at n = 4
+// (2.3M states) with two workers; under -race, smaller spaces with 2 and
+// 3 workers. Each search must end within a deadline (checkWithin).
 func TestParallelDepthFirstAgrees(t *testing.T) {
-	for _, cfg := range []CheckConfig{
+	cfgs := []CheckConfig{
 		{Algorithm: Lamport, N: 3},
 		{Algorithm: TokenRing, N: 4, Faults: CheckFaults{Crash: true}},
 		{Algorithm: RicartAgrawala, N: 4, MaxStates: 20000},
 		{Variant: "maekawa-no-inquire"},
-	} {
+		{Algorithm: RicartAgrawala, N: 4, Requests: 1, MaxStates: -1},
+	}
+	workers := []int{1, 2, 4}
+	if raceEnabled && !*bigChecks {
+		cfgs = []CheckConfig{
+			{Algorithm: RicartAgrawala, N: 3, Requests: 1},
+			{Algorithm: TokenRing, Faults: CheckFaults{Crash: true}},
+			{Algorithm: RicartAgrawala, N: 4, MaxStates: 3000},
+			{Variant: "maekawa-no-inquire"},
+		}
+		workers = []int{2, 3}
+	}
+	for _, cfg := range cfgs {
 		cfg.SafetyOnly, cfg.MaxMemory = true, -1
-		one := mustCheck(t, cfg)
+		big := cfg.Algorithm == RicartAgrawala && cfg.MaxStates < 0
+		one := checkWithin(t, cfg, 2*time.Minute)
 		var first CheckResult
-		for _, workers := range []int{1, 2, 4} {
-			cfg.Workers = workers
-			got := mustCheck(t, cfg)
-			if workers == 1 {
+		for i, w := range workers {
+			if big && w != 2 {
+				continue
+			}
+			cfg.Workers = w
+			got := checkWithin(t, cfg, 2*time.Minute)
+			if i == 0 || big {
 				first = got
 			}
-			assert.Equal(t, strip(first), strip(got), "%v: %d workers against 1", cfg.Algorithm, workers)
+			assert.Equal(t, strip(first), strip(got), "%v: %d workers against %d", cfg.Algorithm, w, workers[0])
 		}
 		if one.Complete && one.Violation == nil {
 			assert.Equal(t, strip(one), strip(first), "%v: workers against depth first", cfg.Algorithm)
@@ -151,6 +175,75 @@ func TestParallelDepthFirstAgrees(t *testing.T) {
 			assert.Equal(t, one.Safe, first.Safe)
 			assert.Equal(t, one.DeadlockFree, first.DeadlockFree)
 		}
+	}
+}
+
+// TestParallelTerminates: the parallel depth-first search ends, with the
+// states of the search on one goroutine, however its workers hand frames
+// over: 2, 3 and 4 workers, several times each, on spaces of a few
+// thousand states, each search within a deadline that is reported as a
+// failure (not a hang of the test). Two workers once threw one task to
+// each other for ever (parallel.go says why that cannot happen now), and
+// a worker that started idle without being counted as idle left the
+// last busy one waiting for it. Across the runs, frames were handed over.
+func TestParallelTerminates(t *testing.T) {
+	handovers := 0
+	for _, cfg := range []CheckConfig{
+		{Algorithm: RicartAgrawala, N: 3, Requests: 1},
+		{Algorithm: SuzukiKasami, Network: NetworkUnordered},
+		{Algorithm: Raymond, N: 4, Faults: CheckFaults{Lose: true}},
+	} {
+		cfg.SafetyOnly, cfg.MaxStates, cfg.MaxMemory = true, -1, -1
+		want := checkWithin(t, cfg, time.Minute)
+		require.True(t, want.Complete)
+		for _, w := range []int{2, 3, 4} {
+			for range 3 {
+				cfg.Workers = w
+				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+				c, err := newChecker(cfg)
+				require.NoError(t, err)
+				ended := make(chan error, 1)
+				go func() { ended <- c.explore(ctx) }()
+				select {
+				case err = <-ended:
+				case <-time.After(time.Minute + 10*time.Second):
+					cancel()
+					t.Fatalf("%v with %d workers: the search ignored its context and did not end", cfg.Algorithm, w)
+				}
+				cancel()
+				require.NoError(t, err, "%v with %d workers: the search did not end within a minute", cfg.Algorithm, w)
+				assert.Equal(t, want.States, c.res.States, "%v with %d workers", cfg.Algorithm, w)
+				assert.Equal(t, want.Transitions, c.res.Transitions, "%v with %d workers", cfg.Algorithm, w)
+				handovers += c.handovers
+			}
+		}
+	}
+	t.Logf("%d frames handed over", handovers)
+	assert.Positive(t, handovers, "no worker ever handed a frame to another")
+}
+
+// checkWithin is mustCheck with a deadline: a search that has not ended
+// by then fails the test, whether it heeds its context or not.
+func checkWithin(t *testing.T, cfg CheckConfig, d time.Duration) CheckResult {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	type ended struct {
+		res CheckResult
+		err error
+	}
+	ch := make(chan ended, 1)
+	go func() {
+		res, err := Check(ctx, cfg)
+		ch <- ended{res, err}
+	}()
+	select {
+	case e := <-ch:
+		require.NoError(t, e.err, "%+v: the search did not end within %v", cfg, d)
+		return e.res
+	case <-time.After(d + 10*time.Second):
+		t.Fatalf("%+v: the search ignored its context and did not end", cfg)
+		return CheckResult{}
 	}
 }
 
