@@ -141,7 +141,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	por := fs.Bool("por", false, "partial-order reduction: explore one set of peers' steps where the others cannot interfere (implies -safety-only; FIFO, no faults)")
 	stampGaps := fs.Bool("stamp-gaps", false, "merge Lamport states that differ only in gaps between stamps wider than the rest of the run can bridge")
 	fpBits := fs.Int("fingerprint", 128, "bits of the hash kept for each state: 128, or 64 for half the memory at a higher chance of a collision (printed)")
-	workers := fs.Int("workers", 0, "goroutines that search, with the same result for any number: depth first on a shared table with -safety-only, breadth first with the graph; 0 for one (CheckConfig.Workers)")
+	workers := fs.Int("workers", 0, "goroutines that search, with the same result for any number: with -safety-only depth first on one shared table, an idle worker handed a busy one's lowest frame (about the CPU time a state of one goroutine; docs/checking.md gives the speed measured); with the graph breadth first, no faster than one; 0 for one goroutine (CheckConfig.Workers)")
 	mermaid := fs.Bool("mermaid", false, "also print the counterexample as a Mermaid diagram")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
