@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"go/ast"
+	"go/build"
 	"go/importer"
 	"go/parser"
 	"go/token"
@@ -638,6 +639,15 @@ var typeChecked = sync.OnceValue(func() (tc struct {
 	}
 	for _, path := range paths {
 		if strings.HasSuffix(path, "_test.go") {
+			continue
+		}
+		// Only the files this GOOS builds: bigarray_linux.go and
+		// bigarray_other.go declare the same functions.
+		if ok, err := build.Default.MatchFile(".", path); err != nil || !ok {
+			if err != nil {
+				tc.err = err
+				return tc
+			}
 			continue
 		}
 		f, err := parser.ParseFile(tc.fset, path, nil, parser.SkipObjectResolution)
