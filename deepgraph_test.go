@@ -166,12 +166,17 @@ func TestDepthFirstGraphAgrees(t *testing.T) {
 			build: func(id, _ int) machine { return &clockPing{id: id} }}},
 		named{"bouncer/unlimited", CheckConfig{Algorithm: TokenRing, N: 3, Requests: Unlimited,
 			build: func(id, _ int) machine { return &bouncer{id: id, token: id == 0} }}},
-		// Two inside at once under a false suspicion; the fenced store
-		// keeps the writes apart, and the search goes on.
-		named{"centralized/recovery/imperfect/fenced", CheckConfig{Algorithm: Centralized, N: 3, Options: []Option{WithRecovery()},
-			Detector: Detector{Kind: DetectorImperfect, FalseSuspicions: 1}, Fenced: true}},
 		named{"singhal-heuristic-textbook", CheckConfig{Variant: "singhal-heuristic-textbook"}},
 	)
+	// Two inside at once under a false suspicion; the fenced store keeps
+	// the writes apart, and the search goes on. Under -race, with the
+	// last peer idle: 3,632 states, not 44,159 (7 s).
+	overlap := CheckConfig{Algorithm: Centralized, N: 3, Requests: 1, Options: []Option{WithRecovery()},
+		Detector: Detector{Kind: DetectorImperfect, FalseSuspicions: 1}, Fenced: true}
+	if raceLight() {
+		overlap.RequestsPerPeer = []int{1, 1, 0}
+	}
+	corpus = append(corpus, named{"centralized/recovery/imperfect/fenced", overlap})
 	for _, v := range Variants() {
 		if v.N <= 3 && v.Requests <= 1 && v.Faults.zero() {
 			corpus = append(corpus, named{"variant/" + v.Name, CheckConfig{Variant: v.Name}})
@@ -204,7 +209,11 @@ func TestDepthFirstGraphAgrees(t *testing.T) {
 
 	// Fates after a crash, read from the graph, as the recovery table
 	// reads them.
-	for _, alg := range []Algorithm{RicartAgrawala, SuzukiKasami, Centralized} {
+	fated := []Algorithm{RicartAgrawala, SuzukiKasami, Centralized}
+	if raceLight() {
+		fated = fated[2:] // 11 s under -race for the other two
+	}
+	for _, alg := range fated {
 		t.Run("fates/"+alg.String(), func(t *testing.T) {
 			cfg := CheckConfig{Algorithm: alg, N: 3, Requests: 1, Options: []Option{WithRecovery()},
 				Faults: CheckFaults{Crash: true}, Detector: Detector{Kind: DetectorPerfect}}
@@ -252,6 +261,9 @@ func TestDepthFirstGraphCompact(t *testing.T) {
 		{Algorithm: Centralized, N: 3, RequestsPerPeer: []int{1, 1, 1}, Network: NetworkUnordered,
 			build: func(id, _ int) machine { return &bouncer{id: id, token: id == 0} }},
 		{Variant: "singhal-heuristic-textbook"},
+	}
+	if raceLight() {
+		corpus = append(corpus[:2], corpus[3:]...) // the recovery row: 5 s under -race
 	}
 	before := len(mapped.regions)
 	for _, kinds := range []int{3, 256} {
