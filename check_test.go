@@ -818,11 +818,11 @@ func TestHashCollisionNote(t *testing.T) {
 	require.Greater(t, largest, DefaultMaxStates, "the pages report a search past the default limit")
 	chance := func(s int) float64 { return float64(s) * float64(s-1) / 2 / math.Pow(2, 128) }
 	chance64 := func(s int) float64 { return float64(s) * float64(s-1) / 2 / math.Pow(2, 64) }
-	note := fmt.Sprintf("The largest search these pages report, %s states, had a chance below %s that\n"+
-		"two of its states share a hash; a search that stops at the default limit\n"+
-		"(`DefaultMaxStates`, %s states), below %s. With 64-bit hashes\n"+
-		"(`-fingerprint 64`), the chance is below %s at the default limit and %s\n"+
-		"at %s states.\n",
+	note := fmt.Sprintf("With 128-bit hashes, the default, a search of %s states (the largest\n"+
+		"these pages report) has a chance below %s that two of its states share\n"+
+		"a hash; one that stops at the default limit (`DefaultMaxStates`, %s\n"+
+		"states), below %s. With 64-bit hashes (`-fingerprint 64`), the chance is\n"+
+		"below %s at the default limit and %s at %s states.\n",
 		thousands(largest), scientific(chance(largest)), thousands(DefaultMaxStates), scientific(chance(DefaultMaxStates)),
 		scientific(chance64(DefaultMaxStates)), scientific(chance64(largest)), thousands(largest))
 	page := readDoc(t, checkingPage)
