@@ -462,7 +462,7 @@ func BenchmarkTokenAlgorithms(b *testing.B) {
 func TestTokenRandomDelivery(t *testing.T) {
 	t.Parallel() // computation on the test's goroutine only: beside the other parallel tests at the end
 	seeds := 300
-	if testing.Short() {
+	if testing.Short() || raceLight() { // 3 s under -race
 		seeds = 50
 	}
 	for _, tt := range []struct {

@@ -44,7 +44,11 @@ func TestRicartAgrawalaJSON(t *testing.T) {
 
 // TestTriesJSON: -tries puts TryLock in the mix, and the JSON says so.
 func TestTriesJSON(t *testing.T) {
-	code, stdout, stderr := runCmd(t, "-alg", "suzuki-kasami", "-n", "3", "-tries", "1", "-json")
+	n := "3"
+	if raceEnabled {
+		n = "2" // 19 s under -race at n = 3
+	}
+	code, stdout, stderr := runCmd(t, "-alg", "suzuki-kasami", "-n", n, "-tries", "1", "-json")
 	require.Equal(t, 0, code, stderr)
 	var m map[string]any
 	require.NoError(t, json.Unmarshal([]byte(stdout), &m))
@@ -403,8 +407,12 @@ func TestInterrupted(t *testing.T) {
 // TestMaxMemory: -max-memory stops a search whose states are big before
 // its state limit, as undecided (exit 3), and says which limit to raise.
 func TestMaxMemory(t *testing.T) {
+	limit := "16"
+	if raceEnabled {
+		limit = "4" // 16 MiB of this search took 20 s under -race
+	}
 	code, stdout, stderr := runCmd(t, "-alg", "ricart-agrawala", "-n", "8", "-detector", "imperfect", "-false", "9", "-recovery",
-		"-net", "unordered", "-max-memory", "16")
+		"-net", "unordered", "-max-memory", limit)
 	require.Equal(t, 3, code, stderr)
 	assert.Contains(t, stdout, "stopped at the memory limit")
 	assert.Contains(t, stderr, "raise -max-memory")
