@@ -327,6 +327,7 @@ func TestAgrawalElAbbadiDocNumbers(t *testing.T) {
 // and one vote per voter, a suspicion only changes whom a requester
 // asks. The doc of NewAgrawalElAbbadi says so.
 func TestAgrawalElAbbadiKeepVotesSafe(t *testing.T) {
+	skipRaceLight(t, "a search of one goroutine, 5 s under -race")
 	res := mustCheck(t, CheckConfig{
 		Algorithm: AgrawalElAbbadi, N: 3, Requests: 1, Options: []Option{WithRecovery()},
 		Detector: Detector{Kind: DetectorImperfect, FalseSuspicions: 1}, SafetyOnly: true,
