@@ -2,8 +2,10 @@ package dmutex
 
 import (
 	"bytes"
+	"fmt"
 	"reflect"
 	"slices"
+	"strconv"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -504,4 +506,106 @@ func TestStoreForgetsAHoldThatEnded(t *testing.T) {
 	write(0, 3)
 	assert.NoError(t, w.err)
 	assert.False(t, w.store.broken)
+}
+
+// storeWorld is a fenced World of two fake machines and a way to enter
+// and write in it by hand, for the store's own rules.
+func storeWorld(t *testing.T) (w *World, enter func(p int), write func(p int, fence uint64) StepResult) {
+	t.Helper()
+	c, err := newChecker(CheckConfig{Algorithm: Centralized, N: 2, Requests: 2, Fenced: true,
+		build: func(int, int) machine { return &fakeMachine{} }})
+	require.NoError(t, err)
+	w, err = c.startWorld(false)
+	require.NoError(t, err)
+	enter = func(p int) {
+		_, h := w.drive(p)
+		h.entered(true)
+	}
+	write = func(p int, fence uint64) StepResult {
+		w.peers[p].d.holdFence = fence
+		return w.write(p)
+	}
+	return w, enter, write
+}
+
+// TestStoreRefusesAHoldWithoutAFence: a hold past the last fence has none
+// (fence 0), and the store refuses its write even before it has accepted
+// any (the fences may all have gone to calls that gave up).
+func TestStoreRefusesAHoldWithoutAFence(t *testing.T) {
+	_, enter, write := storeWorld(t)
+	enter(0)
+	st := write(0, 0)
+	assert.False(t, st.Accepted)
+	assert.Zero(t, st.Fence)
+}
+
+// TestStoreClosesEveryEarlierHold: once another hold has written, a
+// write of the earlier hold that the store accepts (the fences of a
+// broken algorithm, shared by two holds) breaks fenced safety, whichever
+// peer the earlier holder is, peer 0 included; and a holder's own later
+// writes, however many, never close its own hold.
+func TestStoreClosesEveryEarlierHold(t *testing.T) {
+	for _, first := range []int{0, 1} {
+		w, enter, write := storeWorld(t)
+		second := 1 - first
+		enter(first)
+		require.True(t, write(first, 1).Accepted)
+		enter(second)
+		require.True(t, write(second, 1).Accepted, "the same fence: accepted")
+		st := write(first, 1)
+		assert.True(t, st.Accepted)
+		assert.True(t, w.store.broken, "P%d wrote after P%d's hold had written", first, second)
+		assert.ErrorContains(t, w.err, fmt.Sprintf("accepted peer %d's write", first))
+	}
+
+	w, enter, write := storeWorld(t)
+	enter(0)
+	for i := range 3 * writesPerHold {
+		require.True(t, write(0, 1).Accepted, "write %d", i)
+	}
+	assert.False(t, w.store.broken)
+	assert.NoError(t, w.err)
+}
+
+// TestFormatFence: a fence of the first epoch is a plain number, and
+// from FenceEpoch on it is epoch:count.
+func TestFormatFence(t *testing.T) {
+	assert.Equal(t, "7", formatFence(7))
+	assert.Equal(t, strconv.FormatUint(FenceEpoch-1, 10), formatFence(FenceEpoch-1))
+	assert.Equal(t, "1:0", formatFence(FenceEpoch))
+	assert.Equal(t, "2:3", formatFence(2*FenceEpoch+3))
+}
+
+// TestWorldCountsLostTokens: when a token was lost to a fault, a token
+// count that is off says how many were lost, so that a second token
+// beside a lost one is not reported as a plain duplicate.
+func TestWorldCountsLostTokens(t *testing.T) {
+	w, err := NewWorld(SuzukiKasami, 2, WorldConfig{})
+	require.NoError(t, err)
+	require.NoError(t, w.checkTokens())
+	w.f.lostTokens = 1 // lost, while peer 0 still holds one
+	err = w.checkTokens()
+	require.ErrorIs(t, err, ErrViolation)
+	assert.ErrorContains(t, err, "1 tokens held, 0 in flight and 1 lost")
+}
+
+// TestWorldChecksEpochsInFlight: with a regenerated token, a token in
+// flight of the same epoch as one held is two tokens of that epoch, on
+// either network (a FIFO world keeps its messages in queues, an unordered
+// one in a bag), and a token of another epoch beside them does not hide it.
+func TestWorldChecksEpochsInFlight(t *testing.T) {
+	for _, net := range []Network{NetworkFIFO, NetworkUnordered} {
+		w, err := NewWorld(SuzukiKasami, 2, WorldConfig{Network: net}, WithRecovery())
+		require.NoError(t, err)
+		require.True(t, w.regen)
+		e, held := w.ms[0].(regenerator).heldEpoch()
+		require.True(t, held)
+		require.NoError(t, w.checkTokens())
+		w.send(1, Message{Kind: KindToken, From: 1, To: 0, Ref: e})
+		err = w.checkTokens()
+		require.ErrorIs(t, err, ErrViolation, "%v", net)
+		assert.ErrorContains(t, err, fmt.Sprintf("two tokens of epoch %d", e))
+		w.send(1, Message{Kind: KindToken, From: 1, To: 0, Ref: e + 1})
+		assert.ErrorContains(t, w.checkTokens(), fmt.Sprintf("two tokens of epoch %d", e), "%v", net)
+	}
 }
