@@ -609,3 +609,130 @@ func TestWorldChecksEpochsInFlight(t *testing.T) {
 		assert.ErrorContains(t, w.checkTokens(), fmt.Sprintf("two tokens of epoch %d", e), "%v", net)
 	}
 }
+
+// TestWorldQuiet: a world is quiet when no peer can act. A peer waiting
+// with requests still to make cannot make them while it waits, so a
+// world whose one waiting peer has nothing in flight is quiet (and
+// deadlocked); a crashed peer with requests left cannot make them either.
+func TestWorldQuiet(t *testing.T) {
+	c, err := newChecker(CheckConfig{Algorithm: Centralized, N: 2, RequestsPerPeer: []int{2, 0},
+		build: func(int, int) machine { return &fakeMachine{never: true} }})
+	require.NoError(t, err)
+	w, err := c.startWorld(false)
+	require.NoError(t, err)
+	require.False(t, w.quiet(), "peer 0 may ask")
+	_, err = w.Apply(Transition{Kind: TransRequest, Peer: 0})
+	require.NoError(t, err)
+	assert.True(t, w.quiet(), "peer 0 waits, with one request left, and nothing is in flight")
+	assert.ErrorContains(t, w.finalCheck(), "deadlock")
+
+	c, err = newChecker(CheckConfig{Algorithm: Centralized, N: 2, Requests: 1, Faults: CheckFaults{Crash: true},
+		build: func(int, int) machine { return &fakeMachine{} }})
+	require.NoError(t, err)
+	w, err = c.startWorld(false)
+	require.NoError(t, err)
+	_, err = w.Apply(Transition{Kind: TransCrash, Peer: 1})
+	require.NoError(t, err)
+	require.False(t, w.quiet(), "peer 0 may ask")
+	_, err = w.Apply(Transition{Kind: TransRequest, Peer: 0})
+	require.NoError(t, err)
+	_, err = w.Apply(Transition{Kind: TransLeave, Peer: 0})
+	require.NoError(t, err)
+	assert.True(t, w.quiet(), "peer 0 is done and peer 1, with a request left, crashed")
+}
+
+// TestWorldFinalCheckKeepsTheViolation: a world at rest that has already
+// failed answers its first violation, not "nothing left to do".
+func TestWorldFinalCheckKeepsTheViolation(t *testing.T) {
+	w, err := NewWorld(RicartAgrawala, 2, WorldConfig{})
+	require.NoError(t, err)
+	require.NoError(t, w.finalCheck())
+	w.fail("a violation found earlier")
+	w.fail("a later one")
+	err = w.finalCheck()
+	require.ErrorIs(t, err, ErrViolation)
+	assert.ErrorContains(t, err, "a violation found earlier", "the first violation is kept")
+}
+
+// restCounter is a fake machine with a promise at rest (idleChecker) that
+// counts how often it is asked, and breaks it when told to.
+type restCounter struct {
+	fakeMachine
+	calls  *int
+	broken bool
+}
+
+func (r *restCounter) clone() machine { c := *r; return &c }
+func (r *restCounter) idleViolation() string {
+	*r.calls++
+	if r.broken {
+		return "broke its promise at rest"
+	}
+	return ""
+}
+
+// TestWorldAsksAtRestOncePerState: a world at rest checks the machines'
+// promises at rest the first time it is asked, the very first state
+// included, and not again until something has stepped.
+func TestWorldAsksAtRestOncePerState(t *testing.T) {
+	for _, broken := range []bool{false, true} {
+		calls := 0
+		c, err := newChecker(CheckConfig{Algorithm: Centralized, N: 2, Requests: 1,
+			build: func(int, int) machine { return &restCounter{calls: &calls, broken: broken} }})
+		require.NoError(t, err)
+		w, err := c.startWorld(false)
+		require.NoError(t, err)
+		err = w.finalCheck()
+		if broken {
+			require.ErrorIs(t, err, ErrViolation)
+			assert.ErrorContains(t, err, "at rest, peer 0 broke its promise at rest")
+			continue
+		}
+		require.NoError(t, err)
+		require.Equal(t, 2, calls, "each machine asked once")
+		require.NoError(t, w.finalCheck())
+		assert.Equal(t, 2, calls, "nothing stepped: not asked again")
+		_, err = w.Apply(Transition{Kind: TransRequest, Peer: 0})
+		require.NoError(t, err)
+		_, err = w.Apply(Transition{Kind: TransLeave, Peer: 0})
+		require.NoError(t, err)
+		require.NoError(t, w.finalCheck())
+		assert.Equal(t, 4, calls, "asked again after a step")
+		require.NoError(t, w.finalCheck())
+		assert.Equal(t, 4, calls)
+	}
+}
+
+// TestCheckPartitionInForceBlocks: a partition that never heals, with a
+// detector but no recovery, leaves the peers that need the other side
+// waiting for ever. That is the fault's doing, not a deadlock of the
+// algorithm, even though a detector is configured.
+func TestCheckPartitionInForceBlocks(t *testing.T) {
+	res := mustCheck(t, CheckConfig{Algorithm: RicartAgrawala, N: 3, Requests: 1,
+		Faults: CheckFaults{Partition: 1 << 2}, Detector: Detector{Kind: DetectorPerfect}})
+	require.True(t, res.Complete)
+	assert.Nil(t, res.Violation)
+	assert.Equal(t, Holds, res.DeadlockFree)
+}
+
+// TestWorldOutstandingCountsEveryCaller: Outstanding counts the request
+// out, the callers queued behind it, and the holder until it leaves.
+func TestWorldOutstandingCountsEveryCaller(t *testing.T) {
+	w, err := NewWorld(Centralized, 2, WorldConfig{})
+	require.NoError(t, err)
+	require.NoError(t, w.Request(1))
+	require.NoError(t, w.Request(1))
+	assert.Equal(t, 2, w.Outstanding(), "one request out, one caller queued")
+	deliverAll(t, w, 10)
+	require.True(t, w.Peer(1).Inside)
+	assert.Equal(t, 2, w.Outstanding(), "the holder and the caller queued")
+	_, err = w.Apply(Transition{Kind: TransLeave, Peer: 1})
+	require.NoError(t, err)
+	deliverAll(t, w, 10)
+	require.True(t, w.Peer(1).Inside)
+	assert.Equal(t, 1, w.Outstanding(), "the second caller holds")
+	_, err = w.Apply(Transition{Kind: TransLeave, Peer: 1})
+	require.NoError(t, err)
+	deliverAll(t, w, 10)
+	assert.Zero(t, w.Outstanding())
+}
