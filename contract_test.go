@@ -613,7 +613,7 @@ func TestWorldChecksEpochsInFlight(t *testing.T) {
 // TestWorldQuiet: a world is quiet when no peer can act. A peer waiting
 // with requests still to make cannot make them while it waits, so a
 // world whose one waiting peer has nothing in flight is quiet (and
-// deadlocked); a crashed peer with requests left cannot make them either.
+// deadlocked); a crashed peer makes none of the requests it had left.
 func TestWorldQuiet(t *testing.T) {
 	c, err := newChecker(CheckConfig{Algorithm: Centralized, N: 2, RequestsPerPeer: []int{2, 0},
 		build: func(int, int) machine { return &fakeMachine{never: true} }})
@@ -638,7 +638,7 @@ func TestWorldQuiet(t *testing.T) {
 	require.NoError(t, err)
 	_, err = w.Apply(Transition{Kind: TransLeave, Peer: 0})
 	require.NoError(t, err)
-	assert.True(t, w.quiet(), "peer 0 is done and peer 1, with a request left, crashed")
+	assert.True(t, w.quiet(), "peer 0 is done and peer 1 crashed before its request")
 }
 
 // TestWorldFinalCheckKeepsTheViolation: a world at rest that has already
