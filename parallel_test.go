@@ -35,6 +35,17 @@ func TestParallelAgrees(t *testing.T) {
 		{Variant: "ricart-agrawala-token-outdated", StopAtDeadlock: true},
 		{Algorithm: TokenRing, N: 3, Requests: 1, build: func(id, _ int) machine { return &bouncer{id: id, token: id == 0} }},
 		{Algorithm: RicartAgrawala, N: 4, MaxStates: 5000},
+		// A deadlock from which crashes still lead on: the workers must
+		// expand a deadlocked state unless the search stops at it.
+		{Variant: "maekawa-no-inquire", Faults: CheckFaults{Crash: true}},
+		// A broken order with the fenced store: plain safety, not the
+		// store's.
+		{Algorithm: Centralized, N: 2, Requests: 1, build: backwards, Fenced: true},
+		// A promise for a cluster at rest broken (the token dropped).
+		{Algorithm: Centralized, N: 2, Requests: 1, build: func(id, _ int) machine { return &dropper{token: id == 0} }},
+		// Machines that enter as soon as asked, fenced: many overlaps,
+		// and the first one found is the one reported.
+		{Algorithm: Centralized, N: 3, Requests: 1, Fenced: true, build: func(int, int) machine { return &fakeMachine{} }},
 	}
 	if raceEnabled && !*bigChecks {
 		// Under -race (ten times slower) a few of each kind: a complete
@@ -111,6 +122,179 @@ func strip(r CheckResult) CheckResult {
 		r.Violation = &v
 	}
 	return r
+}
+
+// TestParallelExpand: a worker's expansion of one state. Once the
+// context has ended it takes no transition and says it was cut, and an
+// expansion that follows, with the context alive, is whole again (the
+// expansions are reused from batch to batch). A successor already in the
+// table carries its number and no world, and the world it was stepped in
+// is kept and stepped in again for the next successor.
+func TestParallelExpand(t *testing.T) {
+	c, err := newChecker(CheckConfig{Algorithm: RicartAgrawala, N: 2, Requests: 1, Workers: 2})
+	require.NoError(t, err)
+	w, err := c.startWorld(false)
+	require.NoError(t, err)
+	c.fps = newVisited(true, c.cc.Fingerprint)
+	x := &expander{hash: hasher{seeds: &c.seeds, bits: c.cc.Fingerprint}}
+	var e expansion
+
+	ended := make(chan struct{})
+	close(ended)
+	c.done = ended
+	c.expand(x, w, &e)
+	assert.True(t, e.cut, "the context has ended")
+	assert.Empty(t, e.succ, "a transition taken after the context ended")
+	require.Len(t, e.trs, 2, "both peers may ask")
+
+	c.done = make(chan struct{})
+	c.expand(x, w, &e)
+	assert.False(t, e.cut, "a cut left over from the last expansion")
+	require.Len(t, e.succ, len(e.trs))
+	for k, s := range e.succ {
+		require.NotNil(t, s.w, "successor %d is new", k)
+		assert.NoError(t, s.err)
+		assert.Equal(t, x.hash.fingerprint(s.w), s.fp)
+	}
+	assert.Nil(t, x.spare, "no world left over: every successor is new")
+
+	// The second successor is known, as state 8: it carries that number
+	// and no world, and the world it was stepped in is kept...
+	c.fps.add(e.succ[1].fp, 8)
+	c.expand(x, w, &e)
+	require.Len(t, e.succ, 2)
+	assert.NotNil(t, e.succ[0].w)
+	assert.Nil(t, e.succ[1].w)
+	assert.Equal(t, int32(8), e.succ[1].to)
+	kept := x.spare
+	require.NotNil(t, kept, "the known successor's world is not kept")
+	// ... and the next transition is stepped in it.
+	c.fps = newVisited(true, c.cc.Fingerprint)
+	c.expand(x, w, &e)
+	require.Len(t, e.succ, 2)
+	assert.True(t, e.succ[0].w == kept, "the kept world is not stepped in again")
+	assert.Nil(t, x.spare)
+}
+
+// canceller is a centralized machine that ends a context when asked to
+// enter: the context ends in the middle of a worker's expansion.
+type canceller struct {
+	machine
+	cancel context.CancelFunc
+}
+
+func (c *canceller) step(ev event, out *output) {
+	if ev.kind == evRequest {
+		c.cancel()
+	}
+	c.machine.step(ev, out)
+}
+
+func (c *canceller) clone() machine { return &canceller{c.machine.clone(), c.cancel} }
+
+// TestParallelStopsAtTheContext: the parallel searches (breadth first,
+// and depth first with SafetyOnly) stop at the context's end, the one
+// that comes before they start and the one that comes with the first
+// step (inside a worker), and report it; they take no transition after
+// the one that saw the context end.
+func TestParallelStopsAtTheContext(t *testing.T) {
+	for _, safetyOnly := range []bool{false, true} {
+		for _, workers := range []int{1, 2} {
+			name := fmt.Sprintf("safetyOnly=%v/workers=%d", safetyOnly, workers)
+			ctx, cancel := context.WithCancel(context.Background())
+			cancel()
+			res, err := Check(ctx, CheckConfig{Algorithm: RicartAgrawala, N: 3, SafetyOnly: safetyOnly, Workers: workers})
+			require.ErrorIs(t, err, context.Canceled, name)
+			assert.Equal(t, StoppedByContext, res.Stopped, name)
+			assert.False(t, res.Complete, name)
+			assert.Equal(t, 1, res.States, name)
+			assert.Zero(t, res.Transitions, name)
+
+			ctx, cancel = context.WithCancel(context.Background())
+			res, err = Check(ctx, CheckConfig{Algorithm: Centralized, N: 3, Requests: 1, SafetyOnly: safetyOnly, Workers: workers,
+				build: func(id, n int) machine {
+					m, _ := newCentralized(id, n, nil)
+					return &canceller{m, cancel}
+				}})
+			cancel()
+			require.ErrorIs(t, err, context.Canceled, name)
+			assert.Equal(t, StoppedByContext, res.Stopped, name)
+			assert.False(t, res.Complete, name)
+			assert.Equal(t, Undecided, res.Safe, name)
+			assert.LessOrEqual(t, res.Transitions, 1, name)
+			assert.LessOrEqual(t, res.States, 2, name)
+		}
+	}
+}
+
+// TestParallelMemoryLimit: MaxMemory stops the parallel searches, with
+// the graph (breadth first) or without (depth first, then again breadth
+// first), at the same state for 1 and 2 workers. (Not at the same state
+// as the breadth-first search on one goroutine: 2,668 states there
+// against 2,762 here, with the graph at 3 MiB.)
+func TestParallelMemoryLimit(t *testing.T) {
+	for _, safetyOnly := range []bool{false, true} {
+		// 3 MiB: the search with the graph stops at 2,762 states of
+		// 48,861. Without the graph, 1 MiB stops the depth-first search
+		// (2 MiB does not), and the breadth-first one made again at its
+		// first state.
+		cfg := CheckConfig{Algorithm: RicartAgrawala, N: 3, Requests: 2, MaxStates: -1, MaxMemory: 3 << 20, SafetyOnly: safetyOnly}
+		if safetyOnly {
+			cfg.MaxMemory = 1 << 20
+		}
+		var first CheckResult
+		for _, workers := range []int{1, 2} {
+			cfg.Workers = workers
+			got := mustCheck(t, cfg)
+			assert.Equal(t, StoppedAtMemoryLimit, got.Stopped, "safety only %v, %d workers", safetyOnly, workers)
+			assert.False(t, got.Complete, "safety only %v, %d workers", safetyOnly, workers)
+			if workers == 1 {
+				first = got
+			}
+			assert.Equal(t, strip(first), strip(got), "safety only %v, %d workers", safetyOnly, workers)
+		}
+	}
+}
+
+// TestParallelProgress: both parallel searches report progress after a
+// second, and the depth-first one (whose reports parallel.go makes) every
+// second after that, with the states found, the time and the memory (and,
+// breadth first, the transitions), to a callback that here ends the
+// search by its context at its first report (breadth first) or its
+// second (depth first). Three seconds in all, so not under -race.
+func TestParallelProgress(t *testing.T) {
+	skipRaceLight(t, "two searches of two seconds")
+	for _, safetyOnly := range []bool{false, true} {
+		reports := 1
+		if safetyOnly {
+			reports = 2
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		var got []CheckProgress
+		res, err := Check(ctx, CheckConfig{Algorithm: RicartAgrawala, N: 4, Requests: 1, MaxStates: -1, MaxMemory: -1, SafetyOnly: safetyOnly, Workers: 2,
+			Progress: func(p CheckProgress) {
+				got = append(got, p)
+				if len(got) == reports {
+					cancel()
+				}
+			}})
+		cancel()
+		require.ErrorIs(t, err, context.Canceled, "safety only %v: the search ended before its last report", safetyOnly)
+		require.Len(t, got, reports, "safety only %v", safetyOnly)
+		assert.GreaterOrEqual(t, got[0].Elapsed, time.Second, "safety only %v", safetyOnly)
+		for _, p := range got {
+			assert.Positive(t, p.States, "safety only %v", safetyOnly)
+			assert.Positive(t, p.Memory, "safety only %v", safetyOnly)
+			assert.LessOrEqual(t, p.States, res.States, "safety only %v", safetyOnly)
+			if !safetyOnly {
+				assert.Positive(t, p.Transitions)
+			}
+		}
+		if safetyOnly {
+			assert.GreaterOrEqual(t, got[1].Elapsed-got[0].Elapsed, time.Second, "reports less than a second apart")
+			assert.Less(t, got[0].States, got[1].States)
+		}
+	}
 }
 
 // TestParallelConfig: Workers below zero, or with PartialOrder, is a bad
