@@ -38,9 +38,9 @@ func TestParallelAgrees(t *testing.T) {
 		// A deadlock from which crashes still lead on: the workers must
 		// expand a deadlocked state unless the search stops at it.
 		{Variant: "maekawa-no-inquire", Faults: CheckFaults{Crash: true}},
-		// A broken order with the fenced store: plain safety, not the
-		// store's.
-		{Algorithm: Centralized, N: 2, Requests: 1, build: backwards, Fenced: true},
+		// A forged token with the fenced store: a step breaks plain
+		// safety, not the store's.
+		{Algorithm: Centralized, N: 2, Requests: 1, build: func(id, _ int) machine { return &forger{token: id == 0} }, Fenced: true},
 		// A promise for a cluster at rest broken (the token dropped).
 		{Algorithm: Centralized, N: 2, Requests: 1, build: func(id, _ int) machine { return &dropper{token: id == 0} }},
 		// Machines that enter as soon as asked, fenced: many overlaps,
