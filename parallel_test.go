@@ -41,8 +41,11 @@ func TestParallelAgrees(t *testing.T) {
 		// A forged token with the fenced store: a step breaks plain
 		// safety, not the store's.
 		{Algorithm: Centralized, N: 2, Requests: 1, build: func(id, _ int) machine { return &forger{token: id == 0} }, Fenced: true},
-		// A promise for a cluster at rest broken (the token dropped).
-		{Algorithm: Centralized, N: 2, Requests: 1, build: func(id, _ int) machine { return &dropper{token: id == 0} }},
+		// A promise for a cluster at rest broken: a vote kept.
+		{Algorithm: Maekawa, N: 3, RequestsPerPeer: []int{1, 0, 0}, build: func(id, n int) machine {
+			m, _ := newMaekawa(id, n, &config{})
+			return &mkLeaky{m.(*maekawa)}
+		}},
 		// Machines that enter as soon as asked, fenced: many overlaps,
 		// and the first one found is the one reported.
 		{Algorithm: Centralized, N: 3, Requests: 1, Fenced: true, build: func(int, int) machine { return &fakeMachine{} }},
