@@ -386,7 +386,8 @@ func TestParallelDepthFirstAgrees(t *testing.T) {
 // states of the search on one goroutine, however its workers hand frames
 // over: 2, 3 and 4 workers, several times each, on spaces of a few
 // thousand states, each search within a deadline that is reported as a
-// failure (not a hang of the test). Two workers once threw one task to
+// failure (not a hang of the test), and never made again breadth first
+// for limits it does not pass. Two workers once threw one task to
 // each other for ever (parallel.go says why that cannot happen now), and
 // a worker that started idle without being counted as idle left the
 // last busy one waiting for it. Across the runs, frames were handed over.
@@ -400,6 +401,10 @@ func TestParallelTerminates(t *testing.T) {
 		cfg.SafetyOnly, cfg.MaxStates, cfg.MaxMemory = true, -1, -1
 		want := checkWithin(t, cfg, time.Minute)
 		require.True(t, want.Complete)
+		// Limits the search does not pass, the state limit exactly at
+		// the states there are: the depth-first search must not stop at
+		// them and be made again breadth first.
+		cfg.MaxStates, cfg.MaxMemory = want.States, 1<<30
 		for _, w := range []int{2, 3, 4} {
 			for range 3 {
 				cfg.Workers = w
@@ -418,6 +423,7 @@ func TestParallelTerminates(t *testing.T) {
 				require.NoError(t, err, "%v with %d workers: the search did not end within a minute", cfg.Algorithm, w)
 				assert.Equal(t, want.States, c.res.States, "%v with %d workers", cfg.Algorithm, w)
 				assert.Equal(t, want.Transitions, c.res.Transitions, "%v with %d workers", cfg.Algorithm, w)
+				assert.False(t, c.cc.breadthFirst, "%v with %d workers: the search was made again breadth first", cfg.Algorithm, w)
 				handovers += c.handovers
 			}
 		}
