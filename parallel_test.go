@@ -401,12 +401,17 @@ func TestParallelTerminates(t *testing.T) {
 		cfg.SafetyOnly, cfg.MaxStates, cfg.MaxMemory = true, -1, -1
 		want := checkWithin(t, cfg, time.Minute)
 		require.True(t, want.Complete)
-		// Limits the search does not pass, the state limit exactly at
-		// the states there are: the depth-first search must not stop at
-		// them and be made again breadth first.
-		cfg.MaxStates, cfg.MaxMemory = want.States, 1<<30
+		exact := want.States
 		for _, w := range []int{2, 3, 4} {
-			for range 3 {
+			for i := range 3 {
+				// No limits, then limits the search does not pass (the
+				// state limit exactly at the states there are): the
+				// depth-first search must not stop at them and be made
+				// again breadth first.
+				cfg.MaxStates, cfg.MaxMemory = -1, -1
+				if i > 0 {
+					cfg.MaxStates, cfg.MaxMemory = exact, 1<<30
+				}
 				cfg.Workers = w
 				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 				c, err := newChecker(cfg)
