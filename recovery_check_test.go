@@ -158,6 +158,7 @@ func recoveryRows() []recoveryRow {
 // other line must be on that page; -dmutex.readme alone rewrites the
 // other rows and keeps the big rows' lines as they are.
 func TestCheckRecovery(t *testing.T) {
+	skipRaceLight(t, "the recovery table's searches, on one goroutine (10 s under -race)")
 	if !*writeReadme && !*updateDocs { // a rewrite of docs/checking.md runs alone
 		t.Parallel() // searches on the test's goroutine: beside the other parallel tests
 	}
