@@ -62,7 +62,9 @@
 // centralized coordinator failover; other algorithms refuse -recovery), and a peer is suspected once its
 // connections have been down for -unreachable-after (a process that dies
 // closes them at once; keepalive pings every -keepalive find one that
-// hangs). The survivors go on entering, and the first entry after a
+// hangs). An entry refused because a peer it needs is unreachable (a
+// minority, or a peer not heard from yet) is asked again until -timeout.
+// The survivors go on entering, and the first entry after a
 // suspicion takes a fence of a new epoch (dmutex.FenceEpoch), above every
 // fence the dead peer used. After its last entry a peer then waits for
 // every other peer to have logged all its entries or to be suspected,
@@ -306,7 +308,7 @@ func (c *config) run(ctx context.Context, stdout, stderr io.Writer) (err error) 
 			}
 		}
 		asked := time.Now()
-		if err := p.LockContext(ctx); err != nil {
+		if err := c.lock(ctx, p); err != nil {
 			return fmt.Errorf("entry %d: %w", k, err)
 		}
 		entered := time.Now()
@@ -341,6 +343,24 @@ func (c *config) run(ctx context.Context, stdout, stderr io.Writer) (err error) 
 const pollInterval = 10 * time.Millisecond
 
 // trustAll waits until p suspects no peer.
+// lock takes the lock for one entry. With -recovery, a call refused
+// because a peer it needs is unreachable (dmutex.ErrPeerUnreachable: this
+// peer is in a minority, or a peer it has not heard from yet is down) is
+// made again until the context ends, as a minority waits: a peer that
+// starts late, or a link that has just come up but that the peer's last
+// look at the transport saw down, is no reason to give up an entry.
+func (c *config) lock(ctx context.Context, p *dmutex.Peer) error {
+	for {
+		err := p.LockContext(ctx)
+		if err == nil || !c.recovery || !errors.Is(err, dmutex.ErrPeerUnreachable) {
+			return err
+		}
+		if serr := sleep(ctx, pollInterval); serr != nil {
+			return errors.Join(serr, err)
+		}
+	}
+}
+
 func trustAll(ctx context.Context, p *dmutex.Peer) error {
 	for len(p.Suspected()) > 0 {
 		select {
