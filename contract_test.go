@@ -482,19 +482,9 @@ func TestWorldCoordinatorGrantsAhead(t *testing.T) {
 // writes with fence 3. The store accepts each write in fence order, and
 // no write of a hold that another hold wrote after: fenced safety holds.
 func TestStoreForgetsAHoldThatEnded(t *testing.T) {
-	c, err := newChecker(CheckConfig{Algorithm: Centralized, N: 2, Requests: 2, Fenced: true,
-		build: func(int, int) machine { return &fakeMachine{} }})
-	require.NoError(t, err)
-	w, err := c.startWorld(false)
-	require.NoError(t, err)
-	enter := func(p int) {
-		_, h := w.drive(p)
-		h.entered(true)
-	}
+	w, enter, storeWrite := storeWorld(t)
 	write := func(p int, fence uint64) {
-		w.peers[p].d.holdFence = fence
-		st := w.write(p)
-		require.True(t, st.Accepted, "P%d's write with fence %d", p, fence)
+		require.True(t, storeWrite(p, fence).Accepted, "P%d's write with fence %d", p, fence)
 	}
 	enter(0)
 	write(0, 1)
@@ -508,15 +498,23 @@ func TestStoreForgetsAHoldThatEnded(t *testing.T) {
 	assert.False(t, w.store.broken)
 }
 
+// checkerWorld is the first world of a check of cfg, as the checker
+// builds it (with cfg's budgets, faults and machines), to step by hand.
+func checkerWorld(t *testing.T, cfg CheckConfig) *World {
+	t.Helper()
+	c, err := newChecker(cfg)
+	require.NoError(t, err)
+	w, err := c.startWorld(false)
+	require.NoError(t, err)
+	return w
+}
+
 // storeWorld is a fenced World of two fake machines and a way to enter
 // and write in it by hand, for the store's own rules.
 func storeWorld(t *testing.T) (w *World, enter func(p int), write func(p int, fence uint64) StepResult) {
 	t.Helper()
-	c, err := newChecker(CheckConfig{Algorithm: Centralized, N: 2, Requests: 2, Fenced: true,
+	w = checkerWorld(t, CheckConfig{Algorithm: Centralized, N: 2, Requests: 2, Fenced: true,
 		build: func(int, int) machine { return &fakeMachine{} }})
-	require.NoError(t, err)
-	w, err = c.startWorld(false)
-	require.NoError(t, err)
 	enter = func(p int) {
 		_, h := w.drive(p)
 		h.entered(true)
@@ -615,22 +613,16 @@ func TestWorldChecksEpochsInFlight(t *testing.T) {
 // world whose one waiting peer has nothing in flight is quiet (and
 // deadlocked); a crashed peer makes none of the requests it had left.
 func TestWorldQuiet(t *testing.T) {
-	c, err := newChecker(CheckConfig{Algorithm: Centralized, N: 2, RequestsPerPeer: []int{2, 0},
+	w := checkerWorld(t, CheckConfig{Algorithm: Centralized, N: 2, RequestsPerPeer: []int{2, 0},
 		build: func(int, int) machine { return &fakeMachine{never: true} }})
-	require.NoError(t, err)
-	w, err := c.startWorld(false)
-	require.NoError(t, err)
 	require.False(t, w.quiet(), "peer 0 may ask")
-	_, err = w.Apply(Transition{Kind: TransRequest, Peer: 0})
+	_, err := w.Apply(Transition{Kind: TransRequest, Peer: 0})
 	require.NoError(t, err)
 	assert.True(t, w.quiet(), "peer 0 waits, with one request left, and nothing is in flight")
 	assert.ErrorContains(t, w.finalCheck(), "deadlock")
 
-	c, err = newChecker(CheckConfig{Algorithm: Centralized, N: 2, Requests: 1, Faults: CheckFaults{Crash: true},
+	w = checkerWorld(t, CheckConfig{Algorithm: Centralized, N: 2, Requests: 1, Faults: CheckFaults{Crash: true},
 		build: func(int, int) machine { return &fakeMachine{} }})
-	require.NoError(t, err)
-	w, err = c.startWorld(false)
-	require.NoError(t, err)
 	_, err = w.Apply(Transition{Kind: TransCrash, Peer: 1})
 	require.NoError(t, err)
 	require.False(t, w.quiet(), "peer 0 may ask")
@@ -677,12 +669,9 @@ func (r *restCounter) idleViolation() string {
 func TestWorldAsksAtRestOncePerState(t *testing.T) {
 	for _, broken := range []bool{false, true} {
 		calls := 0
-		c, err := newChecker(CheckConfig{Algorithm: Centralized, N: 2, Requests: 1,
+		w := checkerWorld(t, CheckConfig{Algorithm: Centralized, N: 2, Requests: 1,
 			build: func(int, int) machine { return &restCounter{calls: &calls, broken: broken} }})
-		require.NoError(t, err)
-		w, err := c.startWorld(false)
-		require.NoError(t, err)
-		err = w.finalCheck()
+		err := w.finalCheck()
 		if broken {
 			require.ErrorIs(t, err, ErrViolation)
 			assert.ErrorContains(t, err, "at rest, peer 0 broke its promise at rest")
