@@ -342,7 +342,6 @@ func (c *config) run(ctx context.Context, stdout, stderr io.Writer) (err error) 
 // -recovery: the suspicions and the shared log.
 const pollInterval = 10 * time.Millisecond
 
-// trustAll waits until p suspects no peer.
 // lock takes the lock for one entry. With -recovery, a call refused
 // because a peer it needs is unreachable (dmutex.ErrPeerUnreachable: this
 // peer is in a minority, or a peer it has not heard from yet is down) is
@@ -361,6 +360,7 @@ func (c *config) lock(ctx context.Context, p *dmutex.Peer) error {
 	}
 }
 
+// trustAll waits until p suspects no peer.
 func trustAll(ctx context.Context, p *dmutex.Peer) error {
 	for len(p.Suspected()) > 0 {
 		select {
