@@ -1271,7 +1271,7 @@ func (t *Transport) streamEnd(from int, err error) error {
 	case errors.Is(err, io.EOF), status.Code(err) == codes.Canceled, errors.Is(err, context.Canceled):
 		t.log.Debug("dmutex: grpctransport: stream ended", "from", from, "err", err)
 		return nil
-	case status.Code(err) == codes.Unavailable:
+	case status.Code(err) == codes.Unavailable, truncated(err):
 		t.log.Debug("dmutex: grpctransport: stream broken", "from", from, "err", err)
 		return err
 	}
@@ -1280,6 +1280,17 @@ func (t *Transport) streamEnd(from int, err error) error {
 	t.refused.Add(1)
 	t.log.Error("dmutex: grpctransport: stream closed", "from", from, "err", err)
 	return err
+}
+
+// truncated reports whether err says that a stream ended in the middle
+// of a frame: its connection broke, or its sender cancelled it, after
+// part of the frame had come. gRPC (since 1.84) reports that as Internal
+// "unexpected EOF" rather than as the cancellation or the broken
+// connection it was; a frame that came whole but does not decode is
+// Internal too, with another message, and is refused.
+func truncated(err error) bool {
+	s, ok := status.FromError(err)
+	return ok && s.Code() == codes.Internal && s.Message() == io.ErrUnexpectedEOF.Error()
 }
 
 // authorize checks that the stream's authenticated identity is peer from.

@@ -1042,6 +1042,27 @@ func TestStreamEndingBeforeHelloIsNotRefused(t *testing.T) {
 	assert.NotContains(t, logs.String(), "level=ERROR")
 }
 
+// TestTruncatedFrameIsABrokenStream: gRPC reports a stream that ended
+// in the middle of a frame (its connection cut, or its sender cancelled
+// it, after part of the frame came) as Internal "unexpected EOF". That is
+// a broken stream, logged at Debug and not counted as refused; an
+// Internal error of another kind (a frame that came whole and does not
+// decode) is refused. TestReconnectAfterBrokenConnection met the first on
+// CI once in several hundred runs, when a cut fell inside a frame.
+func TestTruncatedFrameIsABrokenStream(t *testing.T) {
+	var logs logBuffer
+	tr, _ := peerZeroAndRawClient(t, 2, WithLogger(logs.logger()))
+	truncated := status.Error(codes.Internal, io.ErrUnexpectedEOF.Error())
+	require.Equal(t, truncated, tr.streamEnd(1, truncated), "the handler's result")
+	assert.Zero(t, tr.Stats().Refused, "a truncated frame counted as refused")
+	assert.NotContains(t, logs.String(), "level=ERROR")
+
+	undecodable := status.Error(codes.Internal, "grpc: failed to unmarshal the received message: proto: cannot parse invalid wire-format data")
+	require.Equal(t, undecodable, tr.streamEnd(1, undecodable))
+	assert.Equal(t, uint64(1), tr.Stats().Refused, "an undecodable frame not counted as refused")
+	assert.Contains(t, logs.String(), "level=ERROR")
+}
+
 // TestStreamResumesWhereDeliveryStopped plays a sender process, peer 1
 // with one epoch, over raw streams to peer 0: after frame 1 was delivered
 // on a first stream, a second stream of the same process may resume at
