@@ -1351,7 +1351,7 @@ func (c *checker) breadthFirst(w *World) (bool, error) {
 				c.fps.add(fp, to)
 				c.parent = append(c.parent, id)
 				c.res.States++
-				work = append(work, next)
+				work = append(work, dropSpare(next))
 				ids = append(ids, to)
 				if c.res.States&1023 == 0 {
 					c.sample(next)

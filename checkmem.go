@@ -56,9 +56,17 @@ func (c *checker) countMemory(worlds int) int64 {
 	return b + int64(worlds)*c.worldSize
 }
 
-// sample folds w's size into the average size of a world.
+// sample folds w's size into the average size of a world. It weighs a
+// fresh clone of w: what w holds beyond that (spare machines, arrays
+// longer than their contents, both left by the worlds that the search
+// reused to make w) depends on which worlds came before it on this
+// goroutine, and so, with workers, on their timing; the clone's size
+// depends only on the state. So a memory limit stops the search at the
+// same state for any number of workers. The breadth-first searches drop
+// a waiting world's spare machines (dropSpare), which it would otherwise
+// hold beyond the clone's size.
 func (c *checker) sample(w *World) {
-	s := deepSize(reflect.ValueOf(w), map[uintptr]bool{})
+	s := deepSize(reflect.ValueOf(w.Clone()), map[uintptr]bool{})
 	c.samples++
 	c.worldSize += (s - c.worldSize) / c.samples
 	if c.worldSize < s/2 {
@@ -134,4 +142,13 @@ func innerSize(v reflect.Value, seen map[uintptr]bool) int64 {
 		return deepSize(v, seen)
 	}
 	return 0
+}
+
+// dropSpare lets go of w's spare machines (see World.cloneInto) and
+// returns w. A world waiting in a breadth-first frontier is only ever
+// cloned from, never into, so it would hold them for nothing, and beyond
+// the size sample measures.
+func dropSpare(w *World) *World {
+	w.spare = nil
+	return w
 }

@@ -197,7 +197,7 @@ func (c *checker) parallelBreadthFirst(w *World) (bool, error) {
 						c.fps.add(s.fp, to)
 						c.parent = append(c.parent, id)
 						c.res.States++
-						work = append(work, s.w)
+						work = append(work, dropSpare(s.w))
 						ids = append(ids, to)
 						if c.res.States&1023 == 0 {
 							c.sample(s.w)
@@ -309,6 +309,10 @@ type pdfs struct {
 	redo   atomic.Bool  // a violation or limit: the search is made again breadth first
 	cut    atomic.Bool  // the context ended
 	states atomic.Int64
+	// transitions is what the workers have taken, each adding its own
+	// count every 1024 states it adds: for progress reports, which it
+	// trails by at most that much a worker.
+	transitions atomic.Int64
 
 	handovers atomic.Int64 // tasks handed over (checker.handovers)
 }
@@ -317,6 +321,7 @@ type pdfs struct {
 type pworker struct {
 	hash        hasher
 	transitions int
+	reported    int // transitions already added to pdfs.transitions
 	blocked     int
 	added       int
 	first       bool // the worker that reports progress
@@ -517,9 +522,13 @@ func (p *pdfs) explore(x *pworker, t *task) {
 			return
 		}
 		x.added++
+		if x.added&1023 == 0 {
+			p.transitions.Add(int64(x.transitions - x.reported))
+			x.reported = x.transitions
+		}
 		if x.added&4095 == 0 && x.first && c.cc.Progress != nil && time.Since(c.lastReport) > time.Second {
 			c.lastReport = time.Now()
-			c.cc.Progress(CheckProgress{States: int(n), Elapsed: time.Since(c.start), Memory: p.set.bytes.Load() + int64(len(stack)*p.workers)*c.worldSize})
+			c.cc.Progress(CheckProgress{States: int(n), Transitions: int(p.transitions.Load()), Elapsed: time.Since(c.start), Memory: p.set.bytes.Load() + int64(len(stack)*p.workers)*c.worldSize})
 		}
 		if x.added&1023 == 0 && c.budget > 0 && p.set.bytes.Load()+int64(len(stack)*p.workers)*c.worldSize > c.budget {
 			p.halt(true)
