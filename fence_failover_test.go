@@ -220,6 +220,53 @@ func TestRecoveryNeverSuspectsAPeerNeverReached(t *testing.T) {
 	p.Unlock()
 }
 
+// TestRecoveryLooksAgainBeforeRefusing: the view that refuses a call for
+// a peer never reached is the watcher's last look. Peer 2 is unheard, then
+// comes up, and the transport knows it before the watcher has looked
+// again (here: never told); LockContext and TryLockContext look at the
+// transport themselves before refusing, and go ahead. dmutexpeer's
+// staggered start met the refusal on CI: peer 0's first entry, just after
+// its barrier had heard from peer 2, named peer 2 unreachable.
+func TestRecoveryLooksAgainBeforeRefusing(t *testing.T) {
+	for _, try := range []bool{false, true} {
+		tr := newScriptReach()
+		tr.down[2] = time.Now()
+		p, err := NewPeer(RicartAgrawala, 0, 3, tr, WithRecovery(), WithUnreachableAfter(time.Millisecond))
+		require.NoError(t, err)
+		eventually(t, "peer 2 unheard", func() bool {
+			p.mu.Lock()
+			defer p.mu.Unlock()
+			return p.reach.unheard[2]
+		})
+		tr.mu.Lock()
+		delete(tr.down, 2) // up, and the watcher not told
+		tr.mu.Unlock()
+
+		locked := make(chan error, 1)
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if try {
+				locked <- p.TryLockContext(ctx)
+			} else {
+				locked <- p.LockContext(ctx)
+			}
+		}()
+		kind := KindRequest
+		if try {
+			kind = KindTry
+		}
+		for range 2 { // the request (or try) to peers 1 and 2, each answered
+			m := tr.nextSent(t)
+			require.Equal(t, kind, m.Kind, "try %v", try)
+			tr.in <- Message{Kind: KindReply, From: m.To, To: 0, TS: m.TS + 1, Ref: m.TS}
+		}
+		require.NoError(t, <-locked, "try %v: refused for a peer the transport has reached", try)
+		p.Unlock()
+		p.Close()
+	}
+}
+
 // TestRecoveryNeverReachedWithinTheBound: a peer never reached counts as
 // unheard only once it has been away for the bound, as a suspicion would:
 // until then a request that needs it waits, and a LockContext that gives

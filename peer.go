@@ -197,6 +197,9 @@ func (p *Peer) lockWait(ctx context.Context, forever bool) error {
 		return nil
 	}
 	w, sus, err := p.request(forever)
+	if w == nil && p.lookAgain(err) {
+		w, sus, err = p.request(forever)
+	}
 	if w == nil {
 		return err // entered at once, closed, or a needed peer unreachable
 	}
@@ -332,6 +335,9 @@ func (p *Peer) tryLockContext(ctx context.Context) error {
 		return ErrLocked
 	}
 	w, sus, err := p.try()
+	if w == nil && p.lookAgain(err) {
+		w, sus, err = p.try()
+	}
 	if w == nil {
 		return err // entered or refused at once, closed, or a needed peer unreachable
 	}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 )
 
@@ -98,9 +99,14 @@ type reach struct {
 	down      []bool        // down[j]: the watcher last saw j unreachable
 	met       []bool        // met[j]: the watcher has seen j reachable at least once
 	unheard   []bool        // unheard[j]: with WithRecovery, j was never met and has been unreachable longer than after
-	looked    time.Time     // when the watcher last asked the transport
+	looked    time.Time     // when the transport was last asked; under look, not the peer's mutex
 	changed   chan struct{} // closed, and replaced, when a peer becomes suspected
 	needBuf   []int
+
+	// look is held for each look at the transport (reassess): by the
+	// watcher, or by a caller that was refused for a peer unreachable
+	// (lookAgain). It is taken before the peer's mutex, never under it.
+	look sync.Mutex
 }
 
 // watch keeps p.reach.suspected up to date until Close: at every change
@@ -129,6 +135,8 @@ func (p *Peer) watch() {
 // bound, or 0 if none will.
 func (p *Peer) reassess() time.Duration {
 	rc := &p.reach
+	rc.look.Lock()
+	defer rc.look.Unlock()
 	now := time.Now()
 	var next time.Duration
 	sus := make([]bool, p.n)
@@ -193,6 +201,23 @@ func (p *Peer) reassess() time.Duration {
 	rc.down = down
 	rc.looked = looked
 	return next
+}
+
+// lookAgain reports whether err is a refusal for a peer unreachable
+// and, if so, looks at the transport again before the caller asks once
+// more. The view that refused the call is the watcher's last look, and a
+// link that came up since (the transport may have told the watcher, which
+// has not looked yet) would refuse a call made just after it: a peer
+// started after its cluster, whose first LockContext follows the first
+// message it heard from the last peer up, is refused for that peer
+// without this. A peer without a watcher is never refused so.
+func (p *Peer) lookAgain(err error) bool {
+	var ue *UnreachableError
+	if !errors.As(err, &ue) {
+		return false
+	}
+	p.reassess()
+	return true
 }
 
 // suspectLocked records that peer j is suspected to have failed, or
