@@ -212,9 +212,8 @@ func (p *Peer) reassess() time.Duration {
 // message it heard from the last peer up, is refused for that peer
 // without this. A peer without a watcher is never refused so.
 func (p *Peer) lookAgain(err error) bool {
-	var ue *UnreachableError
-	if !errors.As(err, &ue) {
-		return false
+	if !errors.Is(err, ErrPeerUnreachable) {
+		return false // errors.Is, not As: nothing allocated for an entry at once (a nil error)
 	}
 	p.reassess()
 	return true
