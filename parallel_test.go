@@ -538,3 +538,41 @@ func BenchmarkCheckParallel(b *testing.B) {
 		b.ReportMetric(float64(c.fps.bytes())/float64(c.res.States), fmt.Sprintf("table-B/state-%d", bits))
 	}
 }
+
+// TestParallelSafetyOnlyKeepsNoGraph: without the graph, the breadth-first
+// search that a parallel depth-first one is made again as (here, at
+// lamport-unordered's safety violation) records no edges: their arrays
+// would only count against MaxMemory and hold memory nobody reads.
+func TestParallelSafetyOnlyKeepsNoGraph(t *testing.T) {
+	for _, workers := range []int{1, 2} {
+		c, err := newChecker(CheckConfig{Variant: "lamport-unordered", SafetyOnly: true, Workers: workers, MaxMemory: -1})
+		require.NoError(t, err)
+		require.NoError(t, c.explore(context.Background()))
+		require.True(t, c.cc.breadthFirst, "%d workers: the search was not made again breadth first", workers)
+		require.NotNil(t, c.result().Violation, "%d workers", workers)
+		assert.Empty(t, c.to, "%d workers: edges recorded without the graph", workers)
+		assert.Empty(t, c.cls, "%d workers", workers)
+		assert.Empty(t, c.ent, "%d workers", workers)
+	}
+}
+
+// TestFrontierHoldsNoSpareMachines: a world waiting in a breadth-first
+// frontier, on one goroutine or with workers, holds no spare machines
+// (dropSpare): it is only ever cloned from, and the size that MaxMemory
+// counts for it is a fresh clone's (checker.sample).
+func TestFrontierHoldsNoSpareMachines(t *testing.T) {
+	for _, workers := range []int{0, 1, 2} {
+		c, err := newChecker(CheckConfig{Algorithm: RicartAgrawala, N: 3, Requests: 2, MaxStates: 3000, MaxMemory: -1, Workers: workers, breadthFirst: true})
+		require.NoError(t, err)
+		require.NoError(t, c.explore(context.Background()))
+		require.Equal(t, StoppedAtStateLimit, c.result().Stopped, "%d workers", workers)
+		waiting := 0
+		for _, w := range c.frontier {
+			if w != nil {
+				waiting++
+				require.Nil(t, w.spare, "%d workers: a waiting world holds spare machines", workers)
+			}
+		}
+		require.Positive(t, waiting, "%d workers", workers)
+	}
+}
