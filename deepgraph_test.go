@@ -1,9 +1,12 @@
 package dmutex
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"math"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -278,4 +281,149 @@ func TestDepthFirstGraphCompact(t *testing.T) {
 	// runBoth keeps its checkers' arrays, so their mappings are still
 	// there.
 	assert.Greater(t, len(mapped.regions), before, "nothing was mapped")
+}
+
+// deepStart makes cfg's checker and its start world as explore does
+// before the depth-first graph search (limits, the first sample, the
+// table of hashes with the start in it), so that a test can run the
+// search and look at the graph before renumber.
+func deepStart(t *testing.T, cfg CheckConfig) (*checker, *World) {
+	t.Helper()
+	c, err := newChecker(cfg)
+	require.NoError(t, err)
+	require.True(t, c.deep, "the depth-first graph search")
+	w, err := c.startWorld(false)
+	require.NoError(t, err)
+	c.start, c.lastReport = time.Now(), time.Now()
+	c.done = make(chan struct{})
+	c.limit, c.budget = cmp.Or(cfg.MaxStates, DefaultMaxStates), cmp.Or(cfg.MaxMemory, DefaultMaxMemory)
+	c.sample(w)
+	c.fps = newVisited(true, cfg.Fingerprint)
+	c.fps.add(c.fingerprint(w), 0)
+	c.res.States = 1
+	t.Cleanup(c.release)
+	return c, w
+}
+
+// TestDepthFirstGraphArrays pins where the depth-first search keeps its
+// graph: the edges' kinds in bytes while a byte names them (no cls, no
+// ent), else, once widened, in cls and ent, the bytes returned to the
+// system; the edges and their kinds mapped (bigarray.go) for the most
+// edges an int32 numbers, the states' offsets and what holds in them
+// mapped for the most states the limit allows; and renumber returning
+// every array it replaces to the system, mapping the new ones (and the
+// parents) instead; and no bits of overlaps without Fenced. Every array
+// is mapped here, however small.
+func TestDepthFirstGraphArrays(t *testing.T) {
+	defer func(m, k int) { bigArrayMin, maxEdgeKinds = m, k }(bigArrayMin, maxEdgeKinds)
+	bigArrayMin = 1
+	added := map[int]int{}
+	for _, kinds := range []int{256, 3} {
+		t.Run(fmt.Sprintf("kinds=%d", kinds), func(t *testing.T) {
+			maxEdgeKinds = kinds
+			regions := len(mapped.regions)
+			c, w := deepStart(t, CheckConfig{Algorithm: RicartAgrawala, N: 3, Requests: 1, MaxStates: 5000})
+			complete, err := c.depthFirstGraph(w)
+			require.NoError(t, err)
+			require.True(t, complete)
+			added[kinds] = len(mapped.regions) - regions
+			assert.Nil(t, c.overlaps, "no overlap bits without Fenced")
+
+			edges := [][]int32{c.to}
+			if kinds == 256 {
+				assert.True(t, c.compact, "the kinds in bytes")
+				assert.Len(t, c.code, len(c.to))
+				assert.Nil(t, c.cls)
+				assert.Nil(t, c.ent)
+				assert.True(t, isMapped(c.code), "kinds")
+				assert.Equal(t, math.MaxInt32, cap(c.code))
+			} else {
+				assert.False(t, c.compact, "widened")
+				assert.Nil(t, c.code)
+				assert.Nil(t, c.kinds)
+				assert.Nil(t, c.kindOf)
+				assert.Len(t, c.ent, len(c.to))
+				edges = append(edges, c.cls)
+				assert.True(t, isMapped(c.ent), "entries")
+				assert.Equal(t, math.MaxInt32, cap(c.ent))
+			}
+			for i, a := range edges {
+				assert.True(t, isMapped(a), "edge array %d", i)
+				assert.Equal(t, math.MaxInt32, cap(a), "edge array %d", i)
+			}
+			assert.True(t, isMapped(c.off), "offsets")
+			assert.True(t, isMapped(c.info), "states")
+			assert.Equal(t, 5001, cap(c.off), "the most states, and renumber's closing offset")
+			assert.Equal(t, 5001, cap(c.info))
+
+			old := append(edges, c.off)
+			oldCode, oldEnt, oldInfo := c.code, c.ent, c.info
+			regions = len(mapped.regions)
+			c.renumber()
+			for i, a := range old {
+				assert.False(t, isMapped(a), "old array %d", i)
+			}
+			assert.False(t, isMapped(oldCode), "old kinds")
+			assert.False(t, isMapped(oldEnt), "old entries")
+			assert.False(t, isMapped(oldInfo), "old states")
+			for i, a := range [][]int32{c.to, c.cls, c.off, c.parent} {
+				assert.Equal(t, a != nil, isMapped(a), "new array %d", i)
+			}
+			assert.Equal(t, c.code != nil, isMapped(c.code))
+			assert.Equal(t, c.ent != nil, isMapped(c.ent))
+			assert.True(t, isMapped(c.info))
+			assert.Equal(t, regions+1, len(mapped.regions), "renumber's own arrays returned, the parents added")
+		})
+	}
+	assert.Equal(t, added[256]+1, added[3], "widened: cls and ent for the bytes, which are returned")
+}
+
+// TestStateReserve pins how many states a mapped array of states holds:
+// one more than the limit, and for no limit, or one an int32 cannot
+// number, the most an int32 numbers.
+func TestStateReserve(t *testing.T) {
+	c := &checker{}
+	for _, tt := range []struct{ limit, want int }{
+		{500, 501},
+		{1, 2},
+		{math.MaxInt32 - 1, math.MaxInt32},
+		{math.MaxInt32, math.MaxInt32},
+		{math.MaxInt32 + 5, math.MaxInt32},
+		{0, math.MaxInt32},
+		{-1, math.MaxInt32},
+	} {
+		c.limit = tt.limit
+		assert.Equal(t, tt.want, c.stateReserve(), "limit %d", tt.limit)
+	}
+}
+
+// TestDepthFirstGraphBrokenFirstStep: the very first step breaks the
+// machine contract (peer 0 sends itself a request), a safety violation
+// met with only the start on the depth-first path; the search is made
+// again breadth first and reports it after that one step.
+func TestDepthFirstGraphBrokenFirstStep(t *testing.T) {
+	res := mustCheck(t, CheckConfig{Algorithm: RicartAgrawala, N: 2, Requests: 1, build: func(id, n int) machine {
+		m, err := newRicart(id, n, &config{})
+		if err != nil {
+			panic(err)
+		}
+		return &rogue{ricart: m.(*ricart), on: evRequest, self: id == 0}
+	}})
+	require.NotNil(t, res.Violation)
+	assert.Equal(t, "safety", res.Violation.Property)
+	assert.Contains(t, res.Violation.Message, "peer 0 sent a malformed message")
+	assert.Len(t, res.Violation.Transitions, 1)
+	assert.Equal(t, Refuted, res.Safe)
+}
+
+// TestDepthFirstGraphBackToTheStart: a graph with edges back to the
+// start (the centralized algorithm, two peers, requests without end:
+// 13 states) renumbers as the breadth-first search numbers it; the start
+// keeps its number 0 and is met only once.
+func TestDepthFirstGraphBackToTheStart(t *testing.T) {
+	cfg := CheckConfig{Algorithm: Centralized, N: 2, Requests: Unlimited}
+	res := requireSameCheck(t, cfg)
+	assert.Equal(t, 13, res.States)
+	deep, _, _, _ := runBoth(t, cfg)
+	assert.Contains(t, deep.to, int32(0), "an edge back to the start")
 }
