@@ -1,6 +1,7 @@
 package dmutex
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"runtime"
@@ -574,5 +575,70 @@ func TestFrontierHoldsNoSpareMachines(t *testing.T) {
 			}
 		}
 		require.Positive(t, waiting, "%d workers", workers)
+	}
+}
+
+// TestParallelShareWithNobodyIdle: share hands a frame over only to a
+// worker still on the idle list, and only while the search runs. With
+// three or more workers, two busy ones may both read hungry as 1 and
+// race to the same idle worker: the second finds the list empty and must
+// keep its frame (indexing the empty list would panic). Once the search
+// is over (halted), nothing is handed over.
+func TestParallelShareWithNobodyIdle(t *testing.T) {
+	frames := func() []dfsFrame {
+		return []dfsFrame{{w: new(World), trs: make([]Transition, 2), limit: 2}, {w: new(World), trs: make([]Transition, 1), limit: 1}}
+	}
+	p := &pdfs{workers: 3}
+	p.hungry.Store(1) // stale: another busy worker took the idle one
+	stack := frames()
+	require.False(t, p.share(stack, 0), "handed over to nobody")
+	assert.Equal(t, 2, stack[0].limit, "the frame was given away")
+
+	y := &pworker{}
+	y.wake.L = &p.mu
+	p.idle = []*pworker{y}
+	p.done = true
+	require.False(t, p.share(stack, 0), "handed over after the search ended")
+	assert.Nil(t, y.next)
+
+	p.done = false
+	require.True(t, p.share(stack, 0))
+	require.NotNil(t, y.next)
+	assert.Len(t, y.next.trs, 2)
+	assert.Empty(t, p.idle)
+	assert.Zero(t, p.hungry.Load())
+	assert.Zero(t, stack[0].limit, "the frame handed over is still this worker's")
+}
+
+// TestParallelProgressFromOneGoroutine: with two depth-first workers,
+// only the first reports progress, on the goroutine that called Check:
+// Progress is never called from two goroutines at once, as its callers
+// (dmutexcheck's, which prints) may assume. Four reports, so that a
+// second worker that reported too would be seen with a chance of 15 in
+// 16; four seconds, so not under -race.
+func TestParallelProgressFromOneGoroutine(t *testing.T) {
+	skipRaceLight(t, "a search of four seconds")
+	goid := func() string {
+		b := make([]byte, 64)
+		b = b[:runtime.Stack(b, false)]
+		return string(b[:bytes.IndexByte(b, '[')])
+	}
+	me := goid()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var from []string
+	_, err := Check(ctx, CheckConfig{Algorithm: RicartAgrawala, N: 4, Requests: 1, MaxStates: -1, MaxMemory: -1, SafetyOnly: true, Workers: 2,
+		Progress: func(CheckProgress) {
+			from = append(from, goid())
+			if len(from) == 4 {
+				cancel()
+			}
+		}})
+	if err == nil {
+		t.Skip("the search ended before it reported four times")
+	}
+	require.ErrorIs(t, err, context.Canceled)
+	for _, g := range from {
+		assert.Equal(t, me, g, "a report from another goroutine than Check's")
 	}
 }
