@@ -427,3 +427,120 @@ func TestDepthFirstGraphBackToTheStart(t *testing.T) {
 	deep, _, _, _ := runBoth(t, cfg)
 	assert.Contains(t, deep.to, int32(0), "an edge back to the start")
 }
+
+// TestDepthFirstGraphRenamesClasses: over an unordered network, renumber
+// renames the messages' fairness classes (n and up, below the
+// detector's) in the order the new numbering meets them, as the
+// breadth-first search names them: read edge by edge, each class not met
+// before is the next number from n. The renaming is one to one (as many
+// classes as the breadth-first search has), and leaves the peers'
+// classes (below n) and the detector's (1<<30 and up) as they were;
+// with the kinds in bytes and widened alike. The map from kinds to bytes,
+// stale after the renaming, is dropped.
+func TestDepthFirstGraphRenamesClasses(t *testing.T) {
+	defer func(k int) { maxEdgeKinds = k }(maxEdgeKinds)
+	const detector = 1 << 30
+	classes := func(t *testing.T, c *checker) (msgs int, other map[int32]bool) {
+		t.Helper()
+		n := int32(c.cc.N)
+		seen, other := map[int32]bool{}, map[int32]bool{}
+		for e := range int32(len(c.to)) {
+			k := c.edgeClass(e)
+			switch {
+			case k < n || k >= detector:
+				other[k] = true
+			case !seen[k]:
+				require.Equal(t, n+int32(len(seen)), k, "edge %d: a class met first", e)
+				seen[k] = true
+			}
+		}
+		return len(seen), other
+	}
+	for _, kinds := range []int{256, 3} {
+		for i, cfg := range []CheckConfig{
+			{Algorithm: RicartAgrawala, N: 3, Requests: 1, Network: NetworkUnordered},
+			{Algorithm: Centralized, N: 3, Requests: 1, Network: NetworkUnordered, Options: []Option{WithRecovery()},
+				Faults: CheckFaults{Crash: true}, Detector: Detector{Kind: DetectorPerfect}},
+		} {
+			t.Run(fmt.Sprintf("kinds=%d/%d", kinds, i), func(t *testing.T) {
+				maxEdgeKinds = kinds
+				deep, wide, _, _ := runBoth(t, cfg)
+				require.True(t, deep.deep)
+				assert.Equal(t, kinds == 256, deep.compact)
+				assert.Nil(t, deep.kindOf, "stale after the renaming, and dropped")
+				dm, do := classes(t, deep)
+				wm, wo := classes(t, wide)
+				assert.Equal(t, wm, dm, "as many classes")
+				assert.Greater(t, dm, 1)
+				assert.Equal(t, wo, do, "the peers' and the detector's classes")
+				if i == 1 {
+					assert.Condition(t, func() bool {
+						for k := range do {
+							if k >= detector {
+								return true
+							}
+						}
+						return false
+					}, "the detector's classes")
+				}
+			})
+		}
+	}
+}
+
+// TestDepthFirstGraphFirstOverlap pins how renumber finds, with Fenced,
+// the first step that let two peers in: the first flagged edge in the
+// new numbering, which is also the first of its state's, even edge 0,
+// and it builds that step's counterexample. The flags are set by hand
+// over a search that flags none (a step that does not replay as an
+// overlap gives the checker's internal error as the counterexample):
+// edges 1 and 2 of the start, which keeps its number and its edges'
+// order (the first is edge 1); edges 0 and 1 (edge 0); and the first
+// edge of the state the search found second, the first successor of the
+// start's first successor, which breadth first comes after all the
+// start's successors and so is not the state after the start's first
+// successor in the new numbering. Its bits are dropped afterwards.
+func TestDepthFirstGraphFirstOverlap(t *testing.T) {
+	cfg := CheckConfig{Algorithm: Centralized, N: 3, Requests: 1, Fenced: true}
+	for _, tt := range []struct {
+		name  string
+		edges func(c *checker) []int32
+		want  func(c *checker) int32
+	}{
+		{"two of the start's", func(*checker) []int32 { return []int32{1, 2} }, func(*checker) int32 { return 1 }},
+		{"edge 0", func(*checker) []int32 { return []int32{0, 1} }, func(*checker) int32 { return 0 }},
+		{"the second state's first", func(c *checker) []int32 {
+			require.Equal(t, int32(2), c.to[c.off[c.to[0]]], "the second state found is the first successor's first")
+			return []int32{c.off[2]}
+		}, func(c *checker) int32 { return c.off[c.to[c.off[c.to[0]]]] }},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			c, w := deepStart(t, cfg)
+			complete, err := c.depthFirstGraph(w)
+			require.NoError(t, err)
+			require.True(t, complete)
+			require.Equal(t, make([]uint64, len(c.overlaps)), c.overlaps, "no overlap")
+			require.GreaterOrEqual(t, len(c.off), 3)
+			require.GreaterOrEqual(t, c.off[1], int32(3), "the start has three edges")
+			for _, e := range tt.edges(c) {
+				c.overlaps[e/64] |= 1 << uint(e%64)
+			}
+			c.renumber()
+			assert.Equal(t, tt.want(c), c.firstOverlap)
+			assert.Nil(t, c.overlaps, "the bits are dropped")
+			require.NotNil(t, c.overlap, "the counterexample")
+			assert.Equal(t, "dmutex: internal error: the overlap does not replay", c.overlap.Message)
+		})
+	}
+}
+
+// TestDepthFirstGraphDropsDeadlocks: the deadlocked states the search
+// listed are dropped once renumber has found the first of them
+// (naimi-trehel-no-next deadlocks).
+func TestDepthFirstGraphDropsDeadlocks(t *testing.T) {
+	deep, wide, dr, _ := runBoth(t, CheckConfig{Variant: "naimi-trehel-no-next"})
+	require.NotNil(t, dr.Violation)
+	assert.Equal(t, "deadlock", dr.Violation.Property)
+	assert.Equal(t, wide.firstDeadlock, deep.firstDeadlock)
+	assert.Nil(t, deep.deadlocks)
+}
