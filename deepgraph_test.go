@@ -307,8 +307,8 @@ func deepStart(t *testing.T, cfg CheckConfig) (*checker, *World) {
 
 // TestDepthFirstGraphArrays pins where the depth-first search keeps its
 // graph: the edges' kinds in bytes while a byte names them (no cls, no
-// ent), else, once widened, in cls and ent, the bytes returned to the
-// system; the edges and their kinds mapped (bigarray.go) for the most
+// ent), each kind named by one byte, else, once widened, in cls and ent,
+// the bytes returned to the system; the edges and their kinds mapped (bigarray.go) for the most
 // edges an int32 numbers, the states' offsets and what holds in them
 // mapped for the most states the limit allows; and renumber returning
 // every array it replaces to the system, mapping the new ones (and the
@@ -328,6 +328,12 @@ func TestDepthFirstGraphArrays(t *testing.T) {
 			require.True(t, complete)
 			added[kinds] = len(mapped.regions) - regions
 			assert.Nil(t, c.overlaps, "no overlap bits without Fenced")
+			if kinds == 256 {
+				assert.Len(t, c.kindOf, len(c.kinds), "each kind named once")
+				for code, k := range c.kinds {
+					assert.Equal(t, uint8(code), c.kindOf[k], "kind %v", k)
+				}
+			}
 
 			edges := [][]int32{c.to}
 			if kinds == 256 {
@@ -543,4 +549,74 @@ func TestDepthFirstGraphDropsDeadlocks(t *testing.T) {
 	assert.Equal(t, "deadlock", dr.Violation.Property)
 	assert.Equal(t, wide.firstDeadlock, deep.firstDeadlock)
 	assert.Nil(t, deep.deadlocks)
+}
+
+// TestDepthFirstGraphClassOfTheSource: a suspicion's fairness class
+// depends on whether its target has crashed in the step's source (owed
+// by an imperfect detector only then), and the depth-first search, which
+// examines other worlds between two steps of one state as it backs up,
+// asks it of the source: the same graph as breadth first, classes
+// included, with crashes and an imperfect detector.
+func TestDepthFirstGraphClassOfTheSource(t *testing.T) {
+	recovery := []Option{WithRecovery()}
+	crash := CheckFaults{Crash: true}
+	for _, cfg := range []CheckConfig{
+		{Algorithm: Centralized, N: 2, Requests: 1, Options: recovery, Faults: crash, Detector: Detector{Kind: DetectorImperfect, FalseSuspicions: 1}},
+		{Algorithm: Centralized, N: 3, RequestsPerPeer: []int{1, 1, 0}, Options: recovery, Faults: crash, Detector: Detector{Kind: DetectorImperfect}},
+		{Algorithm: RicartAgrawala, N: 2, Requests: 1, Options: recovery, Faults: crash, Detector: Detector{Kind: DetectorImperfect, FalseSuspicions: 1}},
+	} {
+		res := requireSameCheck(t, cfg)
+		t.Logf("%v: %d states", cfg.Algorithm, res.States)
+	}
+}
+
+// TestDepthFirstGraphCounts pins what the depth-first search counts as
+// it adds states: each added state is ticked once (the progress reports'
+// count), and a world's size is sampled at the start and at every
+// 1,024th state, no more, no less.
+func TestDepthFirstGraphCounts(t *testing.T) {
+	c, w := deepStart(t, CheckConfig{Algorithm: RicartAgrawala, N: 3, Requests: 2, MaxStates: 3000})
+	complete, err := c.depthFirstGraph(w)
+	require.NoError(t, err)
+	require.False(t, complete)
+	require.Equal(t, 3000, c.res.States)
+	assert.Equal(t, 2999, c.expanded, "ticks")
+	assert.Equal(t, int64(3), c.samples, "the start's, and at states 1,024 and 2,048")
+}
+
+// TestDepthFirstGraphWidensPastMaxKinds: a byte names at most
+// maxEdgeKinds kinds; a graph with exactly that many keeps its edges in
+// bytes, one with one more is widened.
+func TestDepthFirstGraphWidensPastMaxKinds(t *testing.T) {
+	defer func(k int) { maxEdgeKinds = k }(maxEdgeKinds)
+	cfg := CheckConfig{Algorithm: RicartAgrawala, N: 3, Requests: 1}
+	c, w := deepStart(t, cfg)
+	_, err := c.depthFirstGraph(w)
+	require.NoError(t, err)
+	require.True(t, c.compact)
+	kinds := len(c.kinds)
+	require.Greater(t, kinds, 2)
+	for _, most := range []int{kinds, kinds - 1} {
+		maxEdgeKinds = most
+		c, w := deepStart(t, cfg)
+		_, err := c.depthFirstGraph(w)
+		require.NoError(t, err)
+		assert.Equal(t, most == kinds, c.compact, "%d kinds, at most %d in a byte", kinds, most)
+	}
+}
+
+// TestOverlapAtDoesNotReplay: a counterexample whose path does not
+// replay (here a state given the start as its parent, which it does not
+// follow) is reported as the checker's internal error, not a crash.
+func TestOverlapAtDoesNotReplay(t *testing.T) {
+	c, w := deepStart(t, CheckConfig{Algorithm: Centralized, N: 3, Requests: 1, Fenced: true})
+	_, err := c.depthFirstGraph(w)
+	require.NoError(t, err)
+	c.renumber()
+	s := c.to[c.off[c.to[0]]] // the first successor's first successor
+	require.NotContains(t, c.to[c.off[0]:c.off[1]], s, "not a successor of the start")
+	c.parent[s] = 0
+	v := c.overlapAt(c.off[s])
+	require.NotNil(t, v)
+	assert.Equal(t, "dmutex: internal error: the counterexample does not replay", v.Message)
 }
