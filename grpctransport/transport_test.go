@@ -1061,6 +1061,15 @@ func TestTruncatedFrameIsABrokenStream(t *testing.T) {
 	require.Equal(t, undecodable, tr.streamEnd(1, undecodable))
 	assert.Equal(t, uint64(1), tr.Stats().Refused, "an undecodable frame not counted as refused")
 	assert.Contains(t, logs.String(), "level=ERROR")
+
+	// Only gRPC's Internal status says a frame was cut: the same words
+	// with another code, or in an error that is no status, are refused.
+	other := status.Error(codes.Unknown, io.ErrUnexpectedEOF.Error())
+	require.Equal(t, other, tr.streamEnd(1, other))
+	assert.Equal(t, uint64(2), tr.Stats().Refused, "unexpected EOF under another code")
+	plain := fmt.Errorf("read: %w", io.ErrUnexpectedEOF)
+	require.Equal(t, plain, tr.streamEnd(1, plain))
+	assert.Equal(t, uint64(3), tr.Stats().Refused, "an error that is no gRPC status")
 }
 
 // TestStreamResumesWhereDeliveryStopped plays a sender process, peer 1
