@@ -230,9 +230,12 @@ func TestDepthFirstGraphEdgesFitInt32(t *testing.T) {
 	if lim.Max != ^uint64(0) && lim.Max < vm<<10+2<<30 {
 		t.Skip("the address space is limited already")
 	}
+	t.Cleanup(c.release) // 10 GiB of mappings, returned once the test is done
 	require.NoError(t, syscall.Setrlimit(syscall.RLIMIT_AS, &syscall.Rlimit{Cur: vm<<10 + 2<<30, Max: lim.Max}))
-	complete, err := c.depthFirstGraph(w)
-	require.NoError(t, syscall.Setrlimit(syscall.RLIMIT_AS, &lim))
+	complete, err := func() (bool, error) {
+		defer func() { require.NoError(t, syscall.Setrlimit(syscall.RLIMIT_AS, &lim)) }() // also if the search panics
+		return c.depthFirstGraph(w)
+	}()
 	require.NoError(t, err)
 	assert.False(t, complete)
 	assert.Equal(t, StoppedAtMemoryLimit, c.stopped)
