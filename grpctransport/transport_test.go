@@ -254,7 +254,15 @@ func testReconnect(t *testing.T, direct bool) {
 }
 
 // TestRestartedReceiver closes peer 1 and starts a new process of it on
-// the same address: what peer 0 sent in between arrives, in order.
+// the same address while peer 0 has messages queued for it. Peer 0, whose
+// stream the old process had answered, gives up once the new process
+// answers it (a restarted peer has lost its protocol state: see Err), and
+// says so. What reached the new process before that is in order, from
+// the first message sent after the restart; how much did depends on
+// timing (the frames go out right after the hello, and the answer that
+// names the new process comes back after them), so the test asks no
+// count. It used to ask for all ten, which held only when every frame
+// went out before the answer was read: under load, 1 run in 15 failed.
 func TestRestartedReceiver(t *testing.T) {
 	ls, addrs := listeners(t, 2)
 	tr0, err := New(0, addrs, WithListener(ls[0]), Insecure(), fastRetry, quiet)
@@ -278,10 +286,24 @@ func TestRestartedReceiver(t *testing.T) {
 	tr1, err = New(1, addrs, WithListener(l), Insecure(), fastRetry, quiet)
 	require.NoError(t, err)
 	defer func() { require.NoError(t, tr1.Close()) }()
-	got := receive(t, tr1, 10, 10*time.Second)
-	for i, m := range got {
-		require.Equal(t, uint64(11+i), m.TS)
+	require.Eventually(t, func() bool { return tr0.Err() != nil }, 30*time.Second, time.Millisecond, "peer 0 never saw the restart")
+	require.ErrorContains(t, tr0.Err(), "peer 1 restarted")
+	ok, _ := tr0.Reachable(1)
+	assert.False(t, ok, "the restarted receiver is reachable")
+	var got []dmutex.Message
+	for {
+		select {
+		case m := <-tr1.Recv():
+			got = append(got, m)
+			continue
+		case <-time.After(100 * time.Millisecond):
+		}
+		break
 	}
+	for i, m := range got {
+		require.Equal(t, uint64(11+i), m.TS, "message %d of %d the new process got", i, len(got))
+	}
+	t.Logf("the new process got %d of the 10 messages before peer 0 gave up", len(got))
 }
 
 // TestRestartedSender closes peer 1 and starts a new process of it: peer 0,
