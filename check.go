@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/maphash"
+	"os"
 	"slices"
 	"strings"
 	"time"
@@ -264,6 +265,19 @@ type CheckConfig struct {
 	// cores only add waiting.
 	Workers int
 
+	// SpillDir, if not empty, lets a SafetyOnly search on one goroutine
+	// go past its memory: once its table of hashes is as big as half of
+	// MaxMemory lets it be, and 3/4 full, the table's fingerprints are
+	// merged into a sorted file in this directory and the table starts
+	// again empty; a state not in the table is looked up in the file, a
+	// 4 KiB read that the system's page cache serves while the file fits
+	// in free memory (spill.go, after TLC's disk fingerprint set). The
+	// search visits the same states as without it. The file takes 8
+	// bytes a state with 64-bit Fingerprint, 16 with 128, and is removed
+	// before Check returns. It needs SafetyOnly, no Workers and a memory
+	// limit; CheckResult.Spilled says how many states went to the file.
+	SpillDir string
+
 	// StampGaps counts as one the states of a world of clock machines
 	// (Lamport's) that differ only in gaps between stamps too wide for
 	// the rest of the run to bridge: every stamp to come is one held now
@@ -300,6 +314,9 @@ type CheckConfig struct {
 	// breadthFirst: keep the graph breadth first, with the frontier's
 	// worlds, as before deepgraph.go (tests compare the two).
 	breadthFirst bool
+	// spillSlots: with SpillDir, the most slots of the table (a power of
+	// two), instead of what MaxMemory gives; tests make it small.
+	spillSlots uint64
 }
 
 // CheckProgress is what a long Check reports as it goes.
@@ -430,6 +447,11 @@ type CheckResult struct {
 	// StampGaps says that states differing only in wide gaps between
 	// stamps were merged (CheckConfig's StampGaps).
 	StampGaps bool `json:"stampGaps,omitempty"`
+	// Spilled is the states whose fingerprints were in the file of
+	// CheckConfig.SpillDir at the end of the search, and SpillMerges how
+	// often the table was merged into it.
+	Spilled     int `json:"spilled,omitempty"`
+	SpillMerges int `json:"spillMerges,omitempty"`
 	// FingerprintBits is the bits of the hash kept for each state
 	// (CheckConfig.Fingerprint), and CollisionChance a bound on the chance
 	// that two of the States share one, so that the search skipped a state
@@ -612,6 +634,8 @@ func (c *checker) result() CheckResult {
 		States:          r.States,
 		Transitions:     r.Transitions,
 		FingerprintBits: c.cc.Fingerprint,
+		Spilled:         c.fps.spilled(),
+		SpillMerges:     c.fps.merges(),
 		CollisionChance: collisionChance(r.States, c.cc.Fingerprint),
 		Seconds:         time.Since(c.start).Seconds(),
 		Complete:        r.Complete,
@@ -877,6 +901,21 @@ func newChecker(cc CheckConfig) (*checker, error) {
 			return nil, fmt.Errorf("%w: PartialOrder for %d peers, want at most 64", ErrInvalidConfig, cc.N)
 		}
 	}
+	if cc.SpillDir != "" {
+		switch {
+		case !cc.SafetyOnly:
+			return nil, fmt.Errorf("%w: SpillDir %q without SafetyOnly: the graph liveness needs keeps every state in memory", ErrInvalidConfig, cc.SpillDir)
+		case cc.Workers > 0:
+			return nil, fmt.Errorf("%w: SpillDir %q with %d workers: only the search on one goroutine spills", ErrInvalidConfig, cc.SpillDir, cc.Workers)
+		case cc.MaxMemory < 0:
+			return nil, fmt.Errorf("%w: SpillDir %q without a memory limit (MaxMemory %d): the table spills when it fills its share of the limit", ErrInvalidConfig, cc.SpillDir, cc.MaxMemory)
+		}
+		if fi, err := os.Stat(cc.SpillDir); err != nil {
+			return nil, fmt.Errorf("%w: SpillDir: %w", ErrInvalidConfig, err)
+		} else if !fi.IsDir() {
+			return nil, fmt.Errorf("%w: SpillDir %q is not a directory", ErrInvalidConfig, cc.SpillDir)
+		}
+	}
 	cfg, err := newConfig(cc.Algorithm, cc.N, forWorld, cc.Options)
 	if err != nil {
 		return nil, err
@@ -1067,7 +1106,16 @@ func (c *checker) explore(ctx context.Context) error {
 		c.budget = DefaultMaxMemory
 	}
 	c.sample(w)
-	c.fps = newVisited(c.graph || c.cc.Workers > 0, c.cc.Fingerprint)
+	if c.cc.SpillDir != "" {
+		slots := spillSlots(c.budget, c.cc.Fingerprint)
+		if c.cc.spillSlots > 0 {
+			slots = c.cc.spillSlots // a test's, to merge often
+		}
+		c.fps = newVisitedSize(false, c.cc.Fingerprint, min(slots, 1<<16))
+		c.fps.spill = newSpill(c.cc.SpillDir, c.cc.Fingerprint, slots)
+	} else {
+		c.fps = newVisited(c.graph || c.cc.Workers > 0, c.cc.Fingerprint)
+	}
 	c.fps.add(c.fingerprint(w), 0)
 	c.res.States = 1
 	c.lastReport = c.start
@@ -1510,12 +1558,19 @@ func (c *checker) depthFirst(w *World) (bool, error) {
 		}
 		if c.limit > 0 && c.res.States >= c.limit {
 			if _, seen := c.fps.get(fp); seen {
+				if err := c.fps.failed(); err != nil {
+					return false, err
+				}
 				continue
 			}
 			c.stopped = StoppedAtStateLimit
 			return false, nil
 		}
-		if _, seen := c.fps.add(fp, 0); seen {
+		_, seen := c.fps.add(fp, 0)
+		if err := c.fps.failed(); err != nil {
+			return false, err
+		}
+		if seen {
 			continue
 		}
 		c.res.States++

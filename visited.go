@@ -19,6 +19,9 @@ type visited struct {
 	ids    []int32       // nil without ids
 	n      int
 	mask   uint64
+	// spill, if not nil, holds the fingerprints the table held when it
+	// was full at spill.maxSlots slots (spill.go); the table has no ids.
+	spill *spill
 }
 
 // A fingerprint is a hash of a state's encoding: 128 bits, or 64 in its
@@ -86,16 +89,28 @@ func (v *visited) slot(fp fingerprint) (uint64, bool) {
 	}
 }
 
-// get returns fp's id (0 without ids) and whether fp is in the table.
+// stored returns fp as the table stores it: not zero, and with 64-bit
+// fingerprints its first word alone.
+func (v *visited) stored(fp fingerprint) fingerprint {
+	if v.keys64 != nil {
+		return fingerprint{nonzero64(fp[0])}
+	}
+	return nonzero(fp)
+}
+
+// get returns fp's id (0 without ids) and whether fp is in the set.
 func (v *visited) get(fp fingerprint) (int32, bool) {
 	i, ok := v.slot(fp)
+	if !ok && v.spill != nil {
+		return 0, v.spill.has(v.stored(fp))
+	}
 	if !ok || v.ids == nil {
 		return 0, ok
 	}
 	return v.ids[i], true
 }
 
-// add puts fp, with id, into the table unless it is there already, and
+// add puts fp, with id, into the set unless it is there already, and
 // returns the id it has and whether it was there.
 func (v *visited) add(fp fingerprint, id int32) (int32, bool) {
 	i, ok := v.slot(fp)
@@ -103,6 +118,9 @@ func (v *visited) add(fp fingerprint, id int32) (int32, bool) {
 		if v.ids != nil {
 			return v.ids[i], true
 		}
+		return 0, true
+	}
+	if v.spill != nil && v.spill.has(v.stored(fp)) {
 		return 0, true
 	}
 	if v.keys64 != nil {
@@ -115,17 +133,58 @@ func (v *visited) add(fp fingerprint, id int32) (int32, bool) {
 	}
 	v.n++
 	if uint64(v.n)*4 > (v.mask+1)*3 {
-		v.grow()
+		if v.full() {
+			v.empty()
+		} else {
+			v.grow()
+		}
 	}
 	return id, false
 }
 
-// len returns the number of fingerprints in the table.
-func (v *visited) len() int { return v.n }
+// failed returns the error of the spill's file system that stopped the
+// set, if any: the search stops at it.
+func (v *visited) failed() error {
+	if v.spill != nil {
+		return v.spill.err
+	}
+	return nil
+}
 
-// bytes returns the memory the table holds.
+// spilled returns the fingerprints in the spill's file, and merges how
+// often the table was merged into it.
+func (v *visited) spilled() int {
+	if v == nil || v.spill == nil {
+		return 0
+	}
+	return int(v.spill.n)
+}
+
+func (v *visited) merges() int {
+	if v == nil || v.spill == nil {
+		return 0
+	}
+	return v.spill.merges
+}
+
+// full reports whether the table is as big as its spill lets it grow.
+func (v *visited) full() bool { return v.spill != nil && v.mask+1 >= v.spill.maxSlots }
+
+// len returns the number of fingerprints in the set.
+func (v *visited) len() int {
+	if v.spill != nil {
+		return v.n + int(v.spill.n)
+	}
+	return v.n
+}
+
+// bytes returns the memory the set holds.
 func (v *visited) bytes() int64 {
-	return int64(len(v.keys))*16 + int64(len(v.keys64))*8 + int64(len(v.ids))*4
+	b := int64(len(v.keys))*16 + int64(len(v.keys64))*8 + int64(len(v.ids))*4
+	if v.spill != nil {
+		b += v.spill.bytes()
+	}
+	return b
 }
 
 // growBytes returns what the table's next doubling adds at its peak
@@ -133,7 +192,7 @@ func (v *visited) bytes() int64 {
 // additions may set it off, else 0: so a search that counts it stops at
 // its memory limit before a doubling that would pass it, not after.
 func (v *visited) growBytes(margin int) int64 {
-	if uint64(v.n+margin)*4 > (v.mask+1)*3 {
+	if !v.full() && uint64(v.n+margin)*4 > (v.mask+1)*3 {
 		return 2 * v.bytes()
 	}
 	return 0
@@ -184,8 +243,12 @@ func (v *visited) grow() {
 }
 
 // release returns the table's memory to the system if it was mapped
-// (bigarray.go); the table is unusable afterwards.
+// (bigarray.go), and removes its spill's file; the set is unusable
+// afterwards.
 func (v *visited) release() {
+	if v.spill != nil {
+		v.spill.close()
+	}
 	unmapArray(v.keys)
 	unmapArray(v.keys64)
 	unmapArray(v.ids)

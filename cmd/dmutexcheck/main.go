@@ -142,6 +142,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	stampGaps := fs.Bool("stamp-gaps", false, "merge Lamport states that differ only in gaps between stamps wider than the rest of the run can bridge")
 	fpBits := fs.Int("fingerprint", 128, "bits of the hash kept for each state: 128, or 64 for half the memory at a higher chance of a collision (printed)")
 	workers := fs.Int("workers", 0, "goroutines that search, with the same result for any number: with -safety-only depth first on one shared table, an idle worker handed a busy one's lowest frame (about the CPU time a state of one goroutine; docs/checking.md gives the speed measured); with the graph breadth first, no faster than one; 0 for one goroutine (CheckConfig.Workers)")
+	spillDir := fs.String("spill-dir", "", "with -safety-only: once the table of hashes fills half of -max-memory, merge it into a sorted file in this directory (8 bytes a state with -fingerprint 64, 16 with 128; removed at the end) and go on: the same states, past memory (CheckConfig.SpillDir)")
 	mermaid := fs.Bool("mermaid", false, "also print the counterexample as a Mermaid diagram")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -165,7 +166,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		return 0
 	}
-	cfg := dmutex.CheckConfig{Variant: *variant, N: *n, MaxStates: *maxStates, SafetyOnly: *safetyOnly || *por, PartialOrder: *por, StampGaps: *stampGaps, Fenced: *fenced, Fingerprint: *fpBits, Workers: *workers}
+	cfg := dmutex.CheckConfig{Variant: *variant, N: *n, MaxStates: *maxStates, SafetyOnly: *safetyOnly || *por, PartialOrder: *por, StampGaps: *stampGaps, Fenced: *fenced, Fingerprint: *fpBits, Workers: *workers, SpillDir: *spillDir}
 	if *maxStates == 0 {
 		return bad("-max-states: 0 is not a limit (use -1 for none)")
 	}
@@ -426,6 +427,13 @@ func writeText(w io.Writer, r dmutex.CheckResult, mermaid bool) {
 	fmt.Fprintf(w, "%d states, %d transitions, %s, %s (%.0f states/s)\n", r.States, r.Transitions, extent(r),
 		(time.Duration(r.Seconds * float64(time.Second))).Round(time.Millisecond), rate)
 	fmt.Fprintf(w, "%d-bit fingerprints: chance of a collision below %.1e\n", r.FingerprintBits, r.CollisionChance)
+	if r.SpillMerges > 0 {
+		merges := "merges"
+		if r.SpillMerges == 1 {
+			merges = "merge"
+		}
+		fmt.Fprintf(w, "%d states' fingerprints on disk at the end, after %d %s of the table into the file\n", r.Spilled, r.SpillMerges, merges)
+	}
 	fmt.Fprintf(w, "safe: %v\ndeadlock free: %v\n", r.Safe, r.DeadlockFree)
 	if r.Fenced {
 		fmt.Fprintf(w, "fenced safe: %v\n", r.FencedSafe)

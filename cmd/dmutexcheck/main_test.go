@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"os"
 	"strconv"
 	"strings"
 	"testing"
@@ -142,6 +143,8 @@ func TestBadUsage(t *testing.T) {
 		{[]string{"-alg", "lamport", "-max-states", "0"}, "-max-states: 0 is not a limit"},
 		{[]string{"-alg", "lamport", "-max-memory", "0"}, "-max-memory: 0 is not a limit in MiB"},
 		{[]string{"-alg", "lamport", "-fingerprint", "32"}, "32-bit fingerprints, want 64 or 128"},
+		{[]string{"-alg", "lamport", "-safety-only", "-spill-dir", "/no/such/dmutex"}, "/no/such/dmutex"},
+		{[]string{"-alg", "lamport", "-spill-dir", "/tmp"}, `SpillDir "/tmp" without SafetyOnly`},
 		// Issue 23 item 9: -false means nothing without an imperfect
 		// detector, so it is refused rather than ignored.
 		{[]string{"-alg", "lamport", "-false", "3"}, "-false 3 needs -detector imperfect"},
@@ -180,6 +183,29 @@ func TestFingerprintFlag(t *testing.T) {
 		assert.Contains(t, stdout, bits+"-bit fingerprints: chance of a collision below ")
 	}
 	assert.Greater(t, chance["64"], chance["128"]*1e18)
+}
+
+// TestSpillDirFlag: -spill-dir reaches Check: under a memory limit of
+// 1 MiB the table of 128-bit hashes (2^15 slots, half the limit) empties
+// into the directory three times and the search finds every state, the text and
+// the JSON say so, and nothing is left in the directory.
+func TestSpillDirFlag(t *testing.T) {
+	dir := t.TempDir()
+	args := []string{"-alg", "ricart-agrawala", "-requests", "2", "-net", "unordered", "-safety-only", "-max-memory", "1", "-spill-dir", dir}
+	code, stdout, stderr := runCmd(t, append(args, "-json")...)
+	require.Equal(t, 0, code, stderr)
+	var m map[string]any
+	require.NoError(t, json.Unmarshal([]byte(stdout), &m))
+	assert.Equal(t, float64(95401), m["states"], "the state table's count for n = 3, r = 2, unordered")
+	assert.Equal(t, float64(3), m["spillMerges"])
+	assert.Equal(t, float64(3*24577), m["spilled"], "each time 3/4 of 2^15 slots, and the state that passed that")
+
+	code, stdout, stderr = runCmd(t, args...)
+	require.Equal(t, 0, code, stderr)
+	assert.Contains(t, stdout, "73731 states' fingerprints on disk at the end, after 3 merges of the table into the file\n")
+	entries, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	assert.Empty(t, entries)
 }
 
 // TestDetectorFlags: -detector and -recovery reach Check: crash exclusion

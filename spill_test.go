@@ -1,0 +1,241 @@
+package dmutex
+
+import (
+	"context"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// TestSpilledSetIsExact: a visited set whose table may not grow past
+// 2^12 slots, and so empties into its file again and again, finds every
+// fingerprint it was given, in the table or in the file, and no other:
+// the first and last of the file, those at the start of a block, and
+// those just beside them that it was never given. The file stays sorted
+// and holds each fingerprint once. With 64-bit and 128-bit fingerprints.
+func TestSpilledSetIsExact(t *testing.T) {
+	t.Parallel()
+	for _, bits := range []int{64, 128} {
+		dir := t.TempDir()
+		v := newVisitedSize(false, bits, 1<<10)
+		v.spill = newSpill(dir, bits, 1<<12)
+		// Odd multiples of a big odd number, so that fp(i)+1 is never
+		// an fp(j); the second word tells 128-bit ones apart only.
+		fp := func(i int) fingerprint { return fingerprint{uint64(2*i+1) * 0x9e3779b97f4a7c15, uint64(i) << 1} }
+		n := 20_000 // six merges
+		for i := range n {
+			if _, seen := v.add(fp(i), 0); seen {
+				t.Fatalf("%d bits: %d seen before it was added", bits, i)
+			}
+		}
+		require.NoError(t, v.failed())
+		assert.Equal(t, n, v.len())
+		assert.Greater(t, v.merges(), 4, "%d bits", bits)
+		assert.Equal(t, n, v.n+v.spilled())
+		assert.LessOrEqual(t, v.mask+1, uint64(1<<12), "the table grew past its spill's limit")
+
+		// The file: sorted, each once, every one in it also found.
+		raw, err := os.ReadFile(v.spill.f.Name())
+		require.NoError(t, err)
+		size := bits / 8
+		require.Len(t, raw, v.spilled()*size)
+		file := make([]fingerprint, 0, v.spilled())
+		for b := raw; len(b) > 0; b = b[size:] {
+			file = append(file, v.spill.decode(b))
+		}
+		require.True(t, slices.IsSortedFunc(file, compareFP))
+		require.Len(t, slices.CompactFunc(slices.Clone(file), func(a, b fingerprint) bool { return a == b }), len(file))
+		for k, first := range v.spill.index {
+			require.Equal(t, file[int64(k)*v.spill.perBlock()], first, "block %d", k)
+		}
+
+		for i := range n {
+			if _, ok := v.get(fp(i)); !ok {
+				t.Fatalf("%d bits: %d was added but is not found", bits, i)
+			}
+			if _, seen := v.add(fp(i), 0); !seen {
+				t.Fatalf("%d bits: %d was added but is added again", bits, i)
+			}
+		}
+		assert.Equal(t, n, v.len(), "adding again adds nothing")
+		// Beside each fingerprint of the file: one that differs in the
+		// last bit of the word the file orders by last.
+		for _, f := range file {
+			near := f
+			if bits == 64 {
+				near[0]++
+			} else {
+				near[1]++
+			}
+			_, ok := v.get(near)
+			require.False(t, ok, "%d bits: %x was never added", bits, near)
+		}
+		for _, f := range []fingerprint{{}, {1, 0}, {math.MaxUint64, math.MaxUint64}, {math.MaxUint64, 0}} {
+			_, ok := v.get(f)
+			assert.False(t, ok, "%d bits: %x", bits, f)
+		}
+		assert.Equal(t, int64(v.mask+1)*int64(size)+int64(cap(v.spill.index))*16+spillBlock, v.bytes())
+		assert.Zero(t, v.growBytes(1<<20), "a full table does not grow")
+
+		name := v.spill.f.Name()
+		v.release()
+		_, err = os.Stat(name)
+		assert.ErrorIs(t, err, os.ErrNotExist, "release removes the file")
+	}
+}
+
+// TestSpillSearchAgrees: a safety-only search whose table spills to a
+// file again and again visits the same states, makes the same
+// transitions and gives the same verdicts and counterexample as the
+// search in memory, and leaves nothing in the directory.
+func TestSpillSearchAgrees(t *testing.T) {
+	t.Parallel()
+	type spillCase struct {
+		cc    CheckConfig
+		slots uint64 // the table's most: a merge every 3/4 of that
+	}
+	cases := []spillCase{
+		{CheckConfig{Algorithm: RicartAgrawala, N: 3, Requests: 1, Network: NetworkUnordered}, 1 << 8},
+		{CheckConfig{Variant: "lamport-unordered"}, 8}, // refuted after 16 states
+		{CheckConfig{Algorithm: RicartAgrawala, N: 3, Requests: 2, PartialOrder: true, Fingerprint: 64}, 1 << 11},
+	}
+	if !raceLight() {
+		cases = append(cases,
+			spillCase{CheckConfig{Algorithm: RicartAgrawala, N: 3, Requests: 2, Network: NetworkUnordered}, 1 << 11},
+			spillCase{CheckConfig{Algorithm: Lamport, N: 3, Requests: 1, Fingerprint: 64}, 1 << 15})
+	}
+	for _, sc := range cases {
+		cc := sc.cc
+		cc.SafetyOnly = true
+		cc.MaxStates = -1
+		want, err := Check(context.Background(), cc)
+		require.NoError(t, err)
+
+		dir := t.TempDir()
+		cc.SpillDir, cc.spillSlots = dir, sc.slots
+		got, err := Check(context.Background(), cc)
+		require.NoError(t, err)
+		name := want.Algorithm + "/" + want.Variant
+		t.Logf("%s: %d states, %.2f s in memory, %.2f s spilled (%d merges)", name, got.States, want.Seconds, got.Seconds, got.SpillMerges)
+		assert.Positive(t, got.SpillMerges, name)
+		assert.Positive(t, got.Spilled, name)
+		assert.Less(t, got.Spilled, got.States, name)
+		got.Spilled, got.SpillMerges, got.Seconds, want.Seconds = 0, 0, 0, 0
+		assert.Equal(t, want, got, name)
+		entries, err := os.ReadDir(dir)
+		require.NoError(t, err)
+		assert.Empty(t, entries, "%s: the spill's file outlived Check", name)
+	}
+}
+
+// TestSpillLeavesNothingBehind: a search that stops early, at its state
+// limit, removes its file too (a refuted one: TestSpillSearchAgrees).
+func TestSpillLeavesNothingBehind(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	cc := CheckConfig{Algorithm: RicartAgrawala, N: 3, Requests: 2, SafetyOnly: true, MaxStates: 20_000, SpillDir: dir, spillSlots: 1 << 11}
+	r, err := Check(context.Background(), cc)
+	require.NoError(t, err)
+	assert.Equal(t, StoppedAtStateLimit, r.Stopped)
+	assert.Positive(t, r.SpillMerges)
+
+	entries, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	assert.Empty(t, entries)
+}
+
+// TestSpillErrors: a file system that fails under the spill stops the
+// search with an error that names the directory or the file, rather
+// than a result that reads as checked.
+func TestSpillErrors(t *testing.T) {
+	t.Parallel()
+	t.Run("merge", func(t *testing.T) {
+		dir := filepath.Join(t.TempDir(), "spill")
+		require.NoError(t, os.Mkdir(dir, 0o755))
+		c, err := newChecker(CheckConfig{Algorithm: RicartAgrawala, N: 3, Requests: 2, SafetyOnly: true, SpillDir: dir, spillSlots: 1 << 11})
+		require.NoError(t, err)
+		t.Cleanup(c.release)
+		require.NoError(t, os.Remove(dir)) // after the check of the configuration
+		err = c.explore(context.Background())
+		require.Error(t, err)
+		assert.Contains(t, err.Error(), "spilling visited states to "+dir)
+		assert.ErrorIs(t, err, os.ErrNotExist)
+	})
+	t.Run("lookup", func(t *testing.T) {
+		v := newVisitedSize(false, 64, 1<<10)
+		v.spill = newSpill(t.TempDir(), 64, 1<<10)
+		t.Cleanup(v.release)
+		for i := range 1000 {
+			v.add(fingerprint{uint64(i+1) * 0x9e3779b97f4a7c15}, 0)
+		}
+		require.Positive(t, v.merges())
+		name := v.spill.f.Name()
+		require.NoError(t, v.spill.f.Close())
+		_, seen := v.add(fingerprint{0x9e3779b97f4a7c15}, 0)
+		assert.True(t, seen, "after an error the set takes nothing more")
+		err := v.failed()
+		require.Error(t, err)
+		assert.Contains(t, err.Error(), "reading the visited states spilled to "+name)
+		assert.ErrorIs(t, err, os.ErrClosed)
+	})
+}
+
+// TestSpillConfig: SpillDir is refused, naming it, where the search
+// would not spill (the graph, workers, no memory limit) or cannot
+// (no such directory, a file).
+func TestSpillConfig(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	file := filepath.Join(dir, "file")
+	require.NoError(t, os.WriteFile(file, nil, 0o644))
+	base := CheckConfig{Algorithm: RicartAgrawala, N: 3, SafetyOnly: true, SpillDir: dir}
+	for _, tt := range []struct {
+		name string
+		edit func(*CheckConfig)
+		want string
+	}{
+		{"graph", func(cc *CheckConfig) { cc.SafetyOnly = false }, "without SafetyOnly"},
+		{"workers", func(cc *CheckConfig) { cc.Workers = 2 }, "with 2 workers"},
+		{"no memory limit", func(cc *CheckConfig) { cc.MaxMemory = -1 }, "without a memory limit (MaxMemory -1)"},
+		{"missing", func(cc *CheckConfig) { cc.SpillDir = filepath.Join(dir, "nope") }, filepath.Join(dir, "nope")},
+		{"file", func(cc *CheckConfig) { cc.SpillDir = file }, `SpillDir "` + file + `" is not a directory`},
+	} {
+		cc := base
+		tt.edit(&cc)
+		_, err := Check(context.Background(), cc)
+		require.ErrorIs(t, err, ErrInvalidConfig, tt.name)
+		assert.Contains(t, err.Error(), tt.want, tt.name)
+		if tt.name != "missing" && tt.name != "file" {
+			assert.Contains(t, err.Error(), dir, tt.name)
+		}
+	}
+}
+
+// TestSpillSlots: the table beside a spill takes at most half the
+// memory limit, so that the doubling that made it took at most three
+// quarters, and never less than 2^10 slots.
+func TestSpillSlots(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		budget int64
+		bits   int
+		want   uint64
+	}{
+		{0, 64, 1 << 10},
+		{1 << 20, 64, 1 << 16},
+		{1 << 20, 128, 1 << 15},
+		{1<<20 - 1, 128, 1 << 14},
+		{1 << 24, 64, 1 << 20},
+		{1<<24 - 1, 64, 1 << 19},
+		{1 << 24, 128, 1 << 19},
+		{DefaultMaxMemory, 64, 1 << 26},
+		{16 << 30, 64, 1 << 30},
+	} {
+		assert.Equal(t, tt.want, spillSlots(tt.budget, tt.bits), "%d bytes, %d bits", tt.budget, tt.bits)
+	}
+}
