@@ -42,7 +42,9 @@
 // its options (WithCluster) and the peer's fence floor (WithFenceFloor):
 // peers that disagree (floors more than dmutex.MaxFloorSpread apart), or a
 // restarted process of a peer that the receiver had heard from, are
-// refused with an error naming both sides, which Barrier and Err return.
+// refused with an error naming both sides, which Barrier and Err return;
+// so is a sender's first stream to a restarted receiver, whose hello
+// resumes past frames that the receiver's previous process acknowledged.
 // Under Insecure a refused incoming hello alone proves nothing, so the
 // receiver warns and goes on, and gives up only when the peer refuses the
 // stream it dialed to that peer's address, or, for a restart, when that

@@ -62,9 +62,11 @@ const gracePeriod = 2 * time.Second
 // bound of WithMaxQueue, Send refuses more with ErrQueueFull. A peer that restarts has lost its protocol state, which none of
 // the algorithms can recover from (a restarted token holder could create
 // a second token): a transport that had heard from the peer's previous
-// process refuses the new one's streams, both give up (see Err; under
-// Insecure, once the restart is proven), and it is up to the operator to
-// restart the whole cluster.
+// process refuses the new one's streams, the new process refuses a stream
+// that resumes past frames the previous one acknowledged, before any of
+// its frames is delivered, both give up (see Err; under Insecure, once
+// the restart is proven), and it is up to the operator to restart the
+// whole cluster.
 //
 // The zero Transport is not usable; New makes one. A Transport is safe for
 // concurrent use. After Close, Send returns dmutex.ErrClosed, Barrier
@@ -570,11 +572,13 @@ func (t *Transport) runLink(o *outbox) {
 		if t.ctx.Err() != nil {
 			return
 		}
-		if restarted := (*restartError)(nil); errors.As(err, &restarted) {
+		if restarted := t.restartRefusal(o, err); restarted != nil {
 			// This side's own stream to peer o.to's address was answered
-			// by a new process of it: proof of the restart under
-			// Insecure. Its streams to this side are refused from now on,
-			// so it gives up too; see linger.
+			// by a new process of it, or refused by one that found that
+			// an earlier process had acknowledged this side's frames:
+			// proof of the restart under Insecure. Its streams to this
+			// side are refused from now on, so it gives up too; see
+			// linger.
 			t.refusedBy.CompareAndSwap(-1, int64(o.to))
 			t.refusedRestart(o.to)
 			t.fail(restarted)
@@ -751,6 +755,22 @@ func (e *restartError) Error() string {
 		"a restarted peer has lost its protocol state and cannot rejoin; restart the whole cluster", e.from, e.to)
 }
 
+// restartRefusal returns the restartError that err, which ended a stream
+// of this transport to o's peer, carries, or nil: one that peerProcess
+// returned, or the refusal of a peer that found itself to be a restart
+// (a new process, which the stream's hello told that an earlier process
+// had acknowledged frames).
+func (t *Transport) restartRefusal(o *outbox, err error) *restartError {
+	if restarted := (*restartError)(nil); errors.As(err, &restarted) {
+		return restarted
+	}
+	restarted := &restartError{from: o.to, to: t.id}
+	if s, ok := status.FromError(err); ok && s.Code() == codes.FailedPrecondition && s.Message() == restarted.Error() {
+		return restarted
+	}
+	return nil
+}
+
 // peerProcess records that the process of o's peer that answered this
 // transport's stream, at the address configured for it, has epoch e, and
 // returns a restartError if an earlier stream was answered by another
@@ -819,10 +839,15 @@ func (t *Transport) fail(err error) {
 // nil. A transport gives up when a stream is refused, in either direction,
 // because the two peers disagree on the cluster (size, algorithm and
 // options given with WithCluster, or fence floors more than
-// dmutex.MaxFloorSpread apart, WithFenceFloor), or because the sender is
-// a restarted process of a peer this transport had heard from before. The
-// error names both sides. The transport keeps running, but the cluster
-// cannot work until it is restarted with one configuration.
+// dmutex.MaxFloorSpread apart, WithFenceFloor), because the sender is
+// a restarted process of a peer this transport had heard from before, or
+// because the receiver is one: a first stream of a sender process that
+// resumes past frame 1 says that another process of the receiver
+// acknowledged the frames before, so the receiver refuses it before it
+// delivers anything, and the sender, refused so, gives up on the restart
+// as if it had found it itself. The error names both sides. The transport
+// keeps running, but the cluster cannot work until it is restarted with
+// one configuration.
 //
 // Under Insecure, nothing proves who opened an incoming stream, so a
 // stream whose hello claims another cluster is refused, logged at
@@ -836,8 +861,11 @@ func (t *Transport) fail(err error) {
 // serving the process it knows; the restart is final once this
 // transport's own stream to the peer's address is answered by another
 // process of it (the epoch in the hello's acknowledgement), and a
-// restarted peer, refused, gives up as above. A first hello of a peer
-// whose epoch differs from that of the process that answered this
+// restarted peer, refused, gives up as above. A hello that resumes past
+// frames this process never received is refused, warned about and
+// counted too, and the transport goes on; an honest sender gives up at
+// the refusal, and this restarted process at the refusal of its own
+// stream. A first hello of a peer whose epoch differs from that of the process that answered this
 // transport's stream is refused so too; one that comes before either the
 // real peer's first hello or the answer to this side's stream is
 // believed, as any frame is under Insecure. A transport that gave up so waits in Close, for up
@@ -1139,8 +1167,31 @@ func (is *inStream) read() error {
 		t.refusedRestart(from)
 		return refuse(codes.FailedPrecondition, err)
 	}
+	if epoch != in.epoch && h.GetFirstSeq() > 1 {
+		in.mu.Unlock()
+		// The first stream of this sender process that this process
+		// sees resumes past frames it never received: a sender moves its
+		// first frame only at an acknowledgement, so another process of
+		// this peer acknowledged them, and this one is a restart that
+		// the sender does not know of yet. What the sender meant for the
+		// previous process (a reply to its request, a token) must not
+		// reach this one; the refusal names the restart, so that the
+		// sender gives up on this peer (see restartRefusal).
+		err := &restartError{from: t.id, to: from}
+		if t.opt.insecure {
+			// Unproven: refuse it, so that an honest sender gives up,
+			// but go on; this process gives up once its own stream to
+			// the sender's address is refused. See Err.
+			t.refused.Add(1)
+			t.log.Warn("dmutex: grpctransport: stream refused, its hello resumes past frames this process never received "+
+				"(a restart of this process); not giving up, since nothing proves who sent it (Insecure)", "from", from, "err", err)
+			return status.Error(codes.FailedPrecondition, err.Error())
+		}
+		is.fatal = err
+		return refuse(codes.FailedPrecondition, err)
+	}
 	if epoch != in.epoch {
-		// The first stream of this sender process: start where it says.
+		// The first stream of this sender process: it starts at frame 1.
 		in.epoch, in.last, in.barrier = epoch, h.GetFirstSeq()-1, 0
 		in.ackEpoch.Store(epoch)
 		in.ackLast.Store(in.last)

@@ -3,6 +3,7 @@ package grpctransport
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -18,12 +19,14 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/connectivity"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/dmutex/dmutex"
 	"github.com/dmutex/dmutex/grpctransport/internal/wirepb"
+	"github.com/dmutex/dmutex/internal/testpki"
 )
 
 // direct holds the channels that deliverDirect's transports deliver to.
@@ -254,21 +257,35 @@ func testReconnect(t *testing.T, direct bool) {
 }
 
 // TestRestartedReceiver closes peer 1 and starts a new process of it on
-// the same address while peer 0 has messages queued for it. Peer 0, whose
-// stream the old process had answered, gives up once the new process
-// answers it (a restarted peer has lost its protocol state: see Err), and
-// says so. What reached the new process before that is in order, from
-// the first message sent after the restart; how much did depends on
-// timing (the frames go out right after the hello, and the answer that
-// names the new process comes back after them), so the test asks no
-// count. It used to ask for all ten, which held only when every frame
-// went out before the answer was read: under load, 1 run in 15 failed.
+// the same address while peer 0 has messages queued for it, under
+// Insecure and under TLS. Peer 0's stream to the new process resumes at
+// frame 11, past the ten frames the old process acknowledged, which the
+// new process never received: it refuses the stream before any frame
+// reaches it (a restarted peer has lost its protocol state, and a reply
+// meant for the old process's request could let it in; see Err), and both
+// give up naming the restart. The new process used to be handed some of
+// the frames (under load, or under TLS, where nothing stopped peer 0's
+// link, all of them) before peer 0 read the answer naming it.
 func TestRestartedReceiver(t *testing.T) {
+	ca := testpki.New(t)
+	tests := []struct {
+		name string
+		opts func(id int) []Option
+	}{
+		{"insecure", insecureOpts},
+		{"TLS", func(id int) []Option { return []Option{WithTLS(ca.Config(t, PeerName(id)))} }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) { testRestartedReceiver(t, tt.opts) })
+	}
+}
+
+func testRestartedReceiver(t *testing.T, opts func(id int) []Option) {
 	ls, addrs := listeners(t, 2)
-	tr0, err := New(0, addrs, WithListener(ls[0]), Insecure(), fastRetry, quiet)
+	tr0, err := New(0, addrs, append([]Option{WithListener(ls[0]), fastRetry, quiet}, opts(0)...)...)
 	require.NoError(t, err)
 	defer func() { require.NoError(t, tr0.Close()) }()
-	tr1, err := New(1, addrs, WithListener(ls[1]), Insecure(), fastRetry, quiet)
+	tr1, err := New(1, addrs, append([]Option{WithListener(ls[1]), fastRetry, quiet}, opts(1)...)...)
 	require.NoError(t, err)
 
 	for ts := uint64(1); ts <= 10; ts++ {
@@ -283,27 +300,26 @@ func TestRestartedReceiver(t *testing.T) {
 	}
 	l, err := net.Listen("tcp", addrs[1])
 	require.NoError(t, err)
-	tr1, err = New(1, addrs, WithListener(l), Insecure(), fastRetry, quiet)
+	tr1, err = New(1, addrs, append([]Option{WithListener(l), fastRetry, quiet}, opts(1)...)...)
 	require.NoError(t, err)
 	defer func() { require.NoError(t, tr1.Close()) }()
 	require.Eventually(t, func() bool { return tr0.Err() != nil }, 30*time.Second, time.Millisecond, "peer 0 never saw the restart")
-	require.ErrorContains(t, tr0.Err(), "peer 1 restarted")
+	var restarted *restartError
+	require.ErrorAs(t, tr0.Err(), &restarted)
+	assert.Equal(t, restartError{from: 1, to: 0}, *restarted)
 	ok, _ := tr0.Reachable(1)
 	assert.False(t, ok, "the restarted receiver is reachable")
-	var got []dmutex.Message
-	for {
-		select {
-		case m := <-tr1.Recv():
-			got = append(got, m)
-			continue
-		case <-time.After(100 * time.Millisecond):
-		}
-		break
+	require.Eventually(t, func() bool { return tr1.Err() != nil }, 30*time.Second, time.Millisecond, "the new process never gave up")
+	require.ErrorContains(t, tr1.Err(), "peer 1 restarted")
+	// The new process refused peer 0's stream, and counted it.
+	require.Eventually(t, func() bool { return tr1.Stats().Refused >= 1 }, 30*time.Second, time.Millisecond)
+	assert.Zero(t, tr1.Stats().Delivered, "frames meant for the old process reached the new one")
+	select {
+	case m := <-tr1.Recv():
+		require.Failf(t, "a message meant for the old process reached the new one", "%v", m)
+	default:
 	}
-	for i, m := range got {
-		require.Equal(t, uint64(11+i), m.TS, "message %d of %d the new process got", i, len(got))
-	}
-	t.Logf("the new process got %d of the 10 messages before peer 0 gave up", len(got))
+	assert.Equal(t, 10, tr0.unacked(1), "the new process acknowledged frames it must not have received")
 }
 
 // TestRestartedSender closes peer 1 and starts a new process of it: peer 0,
@@ -1316,6 +1332,146 @@ func TestEveryRestartRefused(t *testing.T) {
 		assert.Contains(t, status.Convert(err).Message(), "peer 1 restarted")
 	}
 	assert.Equal(t, uint64(2), tr.Stats().Refused)
+}
+
+// TestResumedFirstStreamRefused plays peer 1 over a raw stream to a new
+// peer 0 whose first hello from peer 1's process resumes at frame 11: an
+// earlier process of peer 0 acknowledged the first ten, so this one is a
+// restart. The stream is refused with the restart named, before its
+// frames are delivered. Under Insecure nothing proves the hello, so peer
+// 0 warns and goes on, and a hello of the same process that starts at
+// frame 1 is still served; with TLS the certificate proves it, and peer 0
+// gives up.
+func TestResumedFirstStreamRefused(t *testing.T) {
+	const n = 2
+	ca := testpki.New(t)
+	tests := []struct {
+		name  string
+		opts  []Option
+		creds credentials.TransportCredentials
+	}{
+		{"insecure", []Option{Insecure()}, nil},
+		{"TLS", []Option{WithTLS(ca.Config(t, PeerName(0)))}, func() credentials.TransportCredentials {
+			cfg := ca.Config(t, PeerName(1))
+			cfg.ServerName = PeerName(0)
+			return credentials.NewTLS(cfg)
+		}()},
+	}
+	enc := func(f *wirepb.Frame) []byte {
+		b, err := proto.Marshal(f)
+		require.NoError(t, err)
+		return b
+	}
+	hello := func(first uint64) []byte {
+		return enc(&wirepb.Frame{Hello: &wirepb.Hello{From: 1, To: 0, N: n, Epoch: 77, FirstSeq: first}})
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var logs logBuffer
+			ls, addrs := listeners(t, n)
+			require.NoError(t, ls[1].Close())
+			tr, err := New(0, addrs, append([]Option{WithListener(ls[0]), fastRetry, WithLogger(logs.logger())}, tt.opts...)...)
+			require.NoError(t, err)
+			defer func() { require.NoError(t, tr.Close()) }()
+
+			err = refusal(t, addrs[0], tt.creds, hello(11),
+				enc(&wirepb.Frame{Seq: 11, Msg: toWire(msg(1, 0, 11))}), enc(&wirepb.Frame{Seq: 12, Msg: toWire(msg(1, 0, 12))}))
+			require.Equal(t, codes.FailedPrecondition, status.Code(err), "%v", err)
+			// The exact words a sender takes for the restart of the peer
+			// it dialed (restartRefusal).
+			assert.Equal(t, (&restartError{from: 0, to: 1}).Error(), status.Convert(err).Message())
+			assert.Equal(t, uint64(1), tr.Stats().Refused)
+			assert.Zero(t, tr.Stats().Delivered)
+			select {
+			case m := <-tr.Recv():
+				require.Failf(t, "a frame of the refused stream was delivered", "%v", m)
+			default:
+			}
+			ok, _ := tr.Reachable(1)
+			assert.False(t, ok, "peer 1 never ran")
+			assert.False(t, tr.isGone(1), "peer 1 did not restart: peer 0 did")
+
+			if tt.creds == nil {
+				require.NoError(t, tr.Err())
+				assert.Contains(t, logs.String(), "level=WARN")
+				assert.Contains(t, logs.String(), "resumes past frames this process never received")
+				assert.NotContains(t, logs.String(), "level=ERROR")
+				assert.True(t, accepted(t, addrs[0], nil, hello(1)), "the same process's hello from frame 1, after the refusal")
+				require.NoError(t, tr.Err())
+				return
+			}
+			var restarted *restartError
+			require.ErrorAs(t, tr.Err(), &restarted)
+			assert.Equal(t, restartError{from: 0, to: 1}, *restarted)
+			assert.Contains(t, logs.String(), "level=ERROR")
+			assert.Contains(t, logs.String(), "stream refused")
+		})
+	}
+}
+
+// TestRefusalNamingARestart has a fake peer 1 refuse every stream of peer
+// 0 with a status: only FailedPrecondition with the words of peer 1's own
+// restart (what a restarted receiver answers a stream that resumes past
+// frames it never received) makes peer 0 give up on a restart, holding
+// peer 1 unreachable for good, as when the answer to its hello names a
+// new process; the same words under another code are a broken link, and
+// the restart of peer 0 that peer 1 claims is a refusal like any other.
+func TestRefusalNamingARestart(t *testing.T) {
+	tests := []struct {
+		name    string
+		refusal error
+		gone    bool
+		want    string // in Err; "" if peer 0 must not give up
+	}{
+		{"peer 1 restarted", status.Error(codes.FailedPrecondition, (&restartError{from: 1, to: 0}).Error()), true,
+			(&restartError{from: 1, to: 0}).Error()},
+		{"peer 0 restarted", status.Error(codes.FailedPrecondition, (&restartError{from: 0, to: 1}).Error()), false,
+			"dmutex: peer 1 refused peer 0: peer 0 restarted"},
+		{"peer 1 restarted, not as a refusal", status.Error(codes.Unavailable, (&restartError{from: 1, to: 0}).Error()), false, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ls, addrs := listeners(t, 2)
+			var streams atomic.Int32
+			srv := grpc.NewServer()
+			wirepb.RegisterLinkServer(srv, refusingLink{err: tt.refusal, streams: &streams})
+			go func() { _ = srv.Serve(ls[1]) }()
+			defer srv.Stop()
+			tr, err := New(0, addrs, WithListener(ls[0]), Insecure(), fastRetry, quiet)
+			require.NoError(t, err)
+			defer func() { require.NoError(t, tr.Close()) }()
+			require.NoError(t, tr.Send(1, msg(0, 1, 1)))
+
+			if tt.want == "" {
+				require.Eventually(t, func() bool { return streams.Load() >= 3 }, 30*time.Second, time.Millisecond, "peer 0 stopped dialing")
+				require.NoError(t, tr.Err())
+				assert.False(t, tr.isGone(1))
+				return
+			}
+			require.Eventually(t, func() bool { return tr.Err() != nil }, 30*time.Second, time.Millisecond)
+			require.ErrorContains(t, tr.Err(), tt.want)
+			var restarted *restartError
+			assert.Equal(t, tt.gone, errors.As(tr.Err(), &restarted), "Err is a restartError")
+			assert.Equal(t, tt.gone, tr.isGone(1), "peer 1 held gone")
+			assert.Equal(t, int64(1), tr.refusedBy.Load(), "the peer Close lingers for")
+		})
+	}
+}
+
+// refusingLink plays a peer's Link service that reads each stream's hello
+// and ends the stream with err.
+type refusingLink struct {
+	wirepb.UnimplementedLinkServer
+	err     error
+	streams *atomic.Int32
+}
+
+func (f refusingLink) Connect(stream wirepb.Link_ConnectServer) error {
+	if _, err := stream.Recv(); err != nil {
+		return err
+	}
+	f.streams.Add(1)
+	return f.err
 }
 
 // TestCloseWhileADeliveryWaits plays peer 1 over raw streams to peer 0,
