@@ -765,7 +765,7 @@ func (t *Transport) restartRefusal(o *outbox, err error) *restartError {
 		return restarted
 	}
 	restarted := &restartError{from: o.to, to: t.id}
-	if s, ok := status.FromError(err); ok && s.Code() == codes.FailedPrecondition && s.Message() == restarted.Error() {
+	if s := status.Convert(err); s.Code() == codes.FailedPrecondition && s.Message() == restarted.Error() {
 		return restarted
 	}
 	return nil
