@@ -113,11 +113,9 @@ func (s *spill) has(fp fingerprint) bool {
 }
 
 // merge writes the file again with the fingerprints of sorted (in
-// order, none of them in the file) merged in, and indexes it.
+// order, none of them in the file) merged in, and indexes it. It is not
+// called after an error: has then takes nothing more into the table.
 func (s *spill) merge(sorted iter.Seq[fingerprint], count int) {
-	if s.err != nil {
-		return
-	}
 	if err := s.mergeFile(sorted, count); err != nil {
 		s.err = fmt.Errorf("dmutex: checker: spilling visited states to %s: %w", s.dir, err)
 	}

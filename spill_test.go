@@ -79,6 +79,24 @@ func TestSpilledSetIsExact(t *testing.T) {
 			_, ok := v.get(f)
 			assert.False(t, ok, "%d bits: %x", bits, f)
 		}
+		if bits == 128 {
+			// 600 fingerprints that share their first word, over three
+			// blocks of the file: the second word orders them.
+			const word = 0x5555_5555_5555_5555
+			for i := range 600 {
+				_, seen := v.add(fingerprint{word, uint64(i*7919%600)*2 + 1}, 0)
+				require.False(t, seen, "%d", i)
+			}
+			v.empty()
+			for i := range 600 {
+				_, ok := v.get(fingerprint{word, uint64(i)*2 + 1})
+				require.True(t, ok, "%d", i)
+				_, ok = v.get(fingerprint{word, uint64(i) * 2})
+				require.False(t, ok, "%d", i)
+			}
+			n += 600
+		}
+		assert.Equal(t, n, v.len())
 		assert.Equal(t, int64(v.mask+1)*int64(size)+int64(cap(v.spill.index))*16+spillBlock, v.bytes())
 		assert.Zero(t, v.growBytes(1<<20), "a full table does not grow")
 
@@ -165,6 +183,47 @@ func TestSpillErrors(t *testing.T) {
 		require.Error(t, err)
 		assert.Contains(t, err.Error(), "spilling visited states to "+dir)
 		assert.ErrorIs(t, err, os.ErrNotExist)
+	})
+	t.Run("takes nothing more", func(t *testing.T) {
+		dir := filepath.Join(t.TempDir(), "spill")
+		v := newVisitedSize(false, 64, 1<<10)
+		v.spill = newSpill(dir, 64, 1<<10) // no such directory: the first merge fails
+		t.Cleanup(v.release)
+		i := 0
+		for ; v.failed() == nil; i++ {
+			v.add(fingerprint{uint64(i+1) * 0x9e3779b97f4a7c15}, 0)
+		}
+		assert.Equal(t, 769, i, "the add past 3/4 of 2^10 slots merges, and the merge fails")
+		_, seen := v.add(fingerprint{0x1234}, 0)
+		assert.True(t, seen, "after an error the set takes nothing more")
+		_, ok := v.get(fingerprint{0x1234})
+		assert.True(t, ok)
+	})
+	t.Run("merge leaves no file", func(t *testing.T) {
+		dir := t.TempDir()
+		v := newVisitedSize(false, 64, 1<<10)
+		v.spill = newSpill(dir, 64, 1<<10)
+		t.Cleanup(v.release)
+		for i := range 1000 {
+			v.add(fingerprint{uint64(i+1) * 0x9e3779b97f4a7c15}, 0)
+		}
+		require.Equal(t, 1, v.merges())
+		// The file, open for writing only: the next merge cannot read
+		// it back, and must remove the file it began.
+		old := v.spill.f
+		wo, err := os.OpenFile(old.Name(), os.O_WRONLY, 0)
+		require.NoError(t, err)
+		v.spill.f = wo
+		t.Cleanup(func() { old.Close() })
+		v.keys64[0], v.keys64[1], v.n = 3, 5, 2
+		v.empty()
+		err = v.failed()
+		require.Error(t, err)
+		assert.Contains(t, err.Error(), "spilling visited states to "+dir)
+		entries, err := os.ReadDir(dir)
+		require.NoError(t, err)
+		require.Len(t, entries, 1, "the file the failed merge began is removed")
+		assert.Equal(t, filepath.Base(old.Name()), entries[0].Name())
 	})
 	t.Run("lookup", func(t *testing.T) {
 		v := newVisitedSize(false, 64, 1<<10)
