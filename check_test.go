@@ -138,12 +138,13 @@ func checkCases() []checkCase {
 					// paths of three hops.
 					cs = append(cs, checkCase{v: v, n: 4, requests: 1, net: net})
 				}
-				if net == NetworkFIFO && (a == TokenRing || a == RoucairolCarvalho || a == RicartAgrawalaToken || a == SinghalDynamic) {
+				if net == NetworkFIFO && (a == TokenRing || a == RoucairolCarvalho || a == RicartAgrawalaToken || a == SinghalDynamic || a == SuzukiKasami) {
 					// Bounded waiting at n = 4 with two requests per
 					// peer, with the graph found depth first: 4.7M
 					// states (the token ring), 6.5M (Roucairol-Carvalho,
 					// Singhal dynamic) and 12.2M (Ricart-Agrawala
-					// token), a minute or two each and up to 3.2 GB.
+					// token), a minute or two each and up to 3.2 GB;
+					// 29.8M (Suzuki-Kasami), 11 minutes and 3.4 GB.
 					cs = append(cs, checkCase{v: v, n: 4, requests: 2, net: net, big: true, live: true})
 				}
 				if net == NetworkFIFO {
