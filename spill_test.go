@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"syscall"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -220,6 +221,7 @@ func TestSpillErrors(t *testing.T) {
 		err = v.failed()
 		require.Error(t, err)
 		assert.Contains(t, err.Error(), "spilling visited states to "+dir)
+		assert.ErrorIs(t, err, syscall.EBADF, "the read of the old file failed, at its first fingerprint")
 		entries, err := os.ReadDir(dir)
 		require.NoError(t, err)
 		require.Len(t, entries, 1, "the file the failed merge began is removed")
@@ -296,5 +298,33 @@ func TestSpillSlots(t *testing.T) {
 		{16 << 30, 64, 1 << 30},
 	} {
 		assert.Equal(t, tt.want, spillSlots(tt.budget, tt.bits), "%d bytes, %d bits", tt.budget, tt.bits)
+	}
+}
+
+// TestSpillIndex: a merge indexes the first fingerprint of each block of
+// the file, in an index of exactly that many (the memory the search
+// counts), for files that end inside a block, at its end, and one past.
+func TestSpillIndex(t *testing.T) {
+	t.Parallel()
+	for _, count := range []int{1, 511, 512, 513, 1024, 1025} {
+		s := newSpill(t.TempDir(), 64, 1<<10)
+		s.merge(func(yield func(fingerprint) bool) {
+			for i := range count {
+				if !yield(fingerprint{uint64(2*i + 1)}) {
+					return
+				}
+			}
+		}, count)
+		require.NoError(t, s.err)
+		blocks := (count + 511) / 512
+		require.Len(t, s.index, blocks, "%d fingerprints", count)
+		assert.Equal(t, blocks, cap(s.index), "%d fingerprints", count)
+		for b, first := range s.index {
+			assert.Equal(t, fingerprint{uint64(2*512*b + 1)}, first)
+		}
+		assert.True(t, s.has(fingerprint{uint64(2*count - 1)}))
+		assert.False(t, s.has(fingerprint{uint64(2 * count)}))
+		assert.Equal(t, int64(blocks*16+spillBlock), s.bytes())
+		s.close()
 	}
 }
