@@ -41,8 +41,9 @@
 // with a hello that names the sender, the cluster size, the algorithm and
 // its options (WithCluster) and the peer's fence floor (WithFenceFloor):
 // peers that disagree (floors more than dmutex.MaxFloorSpread apart), or a
-// restarted process of a peer that the receiver had heard from, are
-// refused with an error naming both sides, which Barrier and Err return;
+// restarted process of a peer that the receiver had heard from, or whose
+// previous process answered the receiver's own stream, are refused with
+// an error naming both sides, which Barrier and Err return;
 // so is a sender's first stream to a restarted receiver, whose hello
 // resumes past frames that the receiver's previous process acknowledged.
 // Under Insecure a refused incoming hello alone proves nothing, so the

@@ -62,11 +62,11 @@ const gracePeriod = 2 * time.Second
 // bound of WithMaxQueue, Send refuses more with ErrQueueFull. A peer that restarts has lost its protocol state, which none of
 // the algorithms can recover from (a restarted token holder could create
 // a second token): a transport that had heard from the peer's previous
-// process refuses the new one's streams, the new process refuses a stream
-// that resumes past frames the previous one acknowledged, before any of
-// its frames is delivered, both give up (see Err; under Insecure, once
-// the restart is proven), and it is up to the operator to restart the
-// whole cluster.
+// process, or whose own stream that process answered, refuses the new
+// one's streams, before any of their frames is delivered, the new process
+// refuses a stream that resumes past frames the previous one
+// acknowledged, both give up (see Err; under Insecure, once the restart
+// is proven), and it is up to the operator to restart the whole cluster.
 //
 // The zero Transport is not usable; New makes one. A Transport is safe for
 // concurrent use. After Close, Send returns dmutex.ErrClosed, Barrier
@@ -138,9 +138,10 @@ type outbox struct {
 	sentMax uint64          // highest sequence number ever sent
 
 	// The epoch of the peer's process that answered the last stream to
-	// it, from the first Ack (0 until one carried it): under Insecure,
-	// what proves a restart of the peer (see Err). Written only by the
-	// link's readAcks, one stream at a time.
+	// it, from the first Ack (0 until one carried it): what proves a
+	// restart of the peer under Insecure, and with TLS too before the
+	// peer's first stream to this transport (see Err). Written only by
+	// the link's readAcks, one stream at a time.
 	peerEpoch atomic.Uint64
 
 	// The current stream, once its hello is out (else nil), the highest
@@ -576,8 +577,8 @@ func (t *Transport) runLink(o *outbox) {
 			// This side's own stream to peer o.to's address was answered
 			// by a new process of it, or refused by one that found that
 			// an earlier process had acknowledged this side's frames:
-			// proof of the restart under Insecure. Its streams to this
-			// side are refused from now on, so it gives up too; see
+			// proof of the restart, even under Insecure. Its streams to
+			// this side are refused from now on, so it gives up too; see
 			// linger.
 			t.refusedBy.CompareAndSwap(-1, int64(o.to))
 			t.refusedRestart(o.to)
@@ -735,7 +736,7 @@ func (t *Transport) readAcks(stream wirepb.Link_ConnectClient, o *outbox) error 
 			}
 			return err
 		}
-		if e := a.GetEpoch(); e != 0 && t.opt.insecure {
+		if e := a.GetEpoch(); e != 0 {
 			if err := t.peerProcess(o, e); err != nil {
 				return err
 			}
@@ -841,7 +842,10 @@ func (t *Transport) fail(err error) {
 // options given with WithCluster, or fence floors more than
 // dmutex.MaxFloorSpread apart, WithFenceFloor), because the sender is
 // a restarted process of a peer this transport had heard from before, or
-// because the receiver is one: a first stream of a sender process that
+// whose previous process answered this transport's stream (the epoch in
+// the acknowledgement of the hello), or because the receiver is one: the
+// answer to this transport's stream names another process of the peer
+// than an earlier answer did, or a first stream of a sender process that
 // resumes past frame 1 says that another process of the receiver
 // acknowledged the frames before, so the receiver refuses it before it
 // delivers anything, and the sender, refused so, gives up on the restart
@@ -872,7 +876,11 @@ func (t *Transport) fail(err error) {
 // to a second, until it has answered the other peer's stream in turn, so
 // that a peer that exits at once still lets the other one know. With TLS, the
 // certificate proves the sender, and a refused incoming stream is final
-// too.
+// too; so is a restart seen on this transport's own stream, whose answer
+// the peer's server certificate proves: a new process answering it, or a
+// first hello of another process than the one that answered, makes the
+// transport give up at once, even if it never heard from the peer's
+// previous process.
 func (t *Transport) Err() error {
 	t.fmu.Lock()
 	defer t.fmu.Unlock()
@@ -1141,10 +1149,11 @@ func (is *inStream) read() error {
 	}
 	in.mu.Lock()
 	known := in.epoch
-	if known == 0 && t.opt.insecure {
+	if known == 0 {
 		// This side's own stream to the peer's address may have been
 		// answered already: a first hello of another process is a
-		// forgery or a restart of that one.
+		// restart of that one (with TLS, whose certificates prove who
+		// answered and who sends) or a forgery (under Insecure).
 		known = t.out[from].peerEpoch.Load()
 	}
 	if known != 0 && epoch != known {

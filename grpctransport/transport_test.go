@@ -322,6 +322,80 @@ func testRestartedReceiver(t *testing.T, opts func(id int) []Option) {
 	assert.Equal(t, 10, tr0.unacked(1), "the new process acknowledged frames it must not have received")
 }
 
+// TestRestartSeenOnOwnStream has peer 0 stream to peer 1's first process,
+// which acknowledges the frames but never gets a stream through to peer 0
+// (it reaches peer 0 only through a proxy that closes every connection);
+// peer 1 then restarts on the same address, with the same certificate
+// under TLS, and its new process, which reaches peer 0 directly, sends to
+// it. Peer 0 has no sender process of peer 1
+// on record, but its own stream was answered by the first process: the new
+// one's first hello is of another process, a restart, and peer 0 refuses
+// it, delivering none of its messages (a request of a process that has
+// forgotten the grants of its predecessor), and both give up naming the
+// restart. Under TLS the answer's epoch is proof, since the certificate
+// proves who answered; peer 0 used to ignore it there and deliver the new
+// process's messages.
+func TestRestartSeenOnOwnStream(t *testing.T) {
+	ca := testpki.New(t)
+	tests := []struct {
+		name string
+		opts func(id int) []Option
+	}{
+		{"insecure", insecureOpts},
+		{"TLS", func() func(id int) []Option {
+			cfgs := []*tls.Config{ca.Config(t, PeerName(0)), ca.Config(t, PeerName(1))}
+			return func(id int) []Option { return []Option{WithTLS(cfgs[id])} }
+		}()},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) { testRestartSeenOnOwnStream(t, tt.opts) })
+	}
+}
+
+func testRestartSeenOnOwnStream(t *testing.T, opts func(id int) []Option) {
+	ls, addrs := listeners(t, 2)
+	tr0, err := New(0, addrs, append([]Option{WithListener(ls[0]), fastRetry, quiet}, opts(0)...)...)
+	require.NoError(t, err)
+	defer func() { require.NoError(t, tr0.Close()) }()
+	px := newProxy(t, addrs[0])
+	px.refuse.Store(true)
+	tr1, err := New(1, []string{px.addr(), addrs[1]}, append([]Option{WithListener(ls[1]), fastRetry, quiet}, opts(1)...)...)
+	require.NoError(t, err)
+	for ts := uint64(1); ts <= 3; ts++ {
+		require.NoError(t, tr0.Send(1, msg(0, 1, ts)))
+	}
+	requireInOrder(t, receive(t, tr1, 3, 10*time.Second), []int{0}, 3)
+	require.Eventually(t, func() bool { return tr0.unacked(1) == 0 }, 10*time.Second, time.Millisecond)
+	require.NoError(t, tr1.Close())
+	require.Zero(t, tr0.Stats().Delivered, "peer 1's first process sent to peer 0")
+
+	l, err := net.Listen("tcp", addrs[1])
+	require.NoError(t, err)
+	tr1, err = New(1, addrs, append([]Option{WithListener(l), fastRetry, quiet}, opts(1)...)...)
+	require.NoError(t, err)
+	defer func() { require.NoError(t, tr1.Close()) }()
+	require.NoError(t, tr1.Send(0, msg(1, 0, 1)))
+	// The new process's stream reaches peer 0 whatever else happens: its
+	// link keeps dialing until a refusal of its own stream stops it.
+	require.Eventually(t, func() bool { return tr0.Stats().Refused >= 1 || tr0.Stats().Delivered > 0 },
+		30*time.Second, time.Millisecond, "the new process's stream never reached peer 0")
+	select {
+	case m := <-tr0.Recv():
+		require.Failf(t, "a message of the restarted process reached peer 0", "%v", m)
+	default:
+	}
+	assert.Zero(t, tr0.Stats().Delivered, "a message of the restarted process reached peer 0")
+	require.Eventually(t, func() bool { return tr0.Err() != nil }, 30*time.Second, time.Millisecond, "peer 0 never saw the restart")
+	var restarted *restartError
+	require.ErrorAs(t, tr0.Err(), &restarted)
+	assert.Equal(t, restartError{from: 1, to: 0}, *restarted)
+	ok, _ := tr0.Reachable(1)
+	assert.False(t, ok, "the restarted peer is reachable")
+	require.Eventually(t, func() bool { return tr1.Err() != nil }, 30*time.Second, time.Millisecond, "the new process never gave up")
+	require.ErrorContains(t, tr1.Err(), "peer 1 restarted")
+	assert.Equal(t, 1, tr1.unacked(0), "peer 0 acknowledged the restarted process's message")
+}
+
 // TestRestartedSender closes peer 1 and starts a new process of it: peer 0,
 // which had heard from the old process, refuses the new one's stream, and
 // both give up with an error that says why, rather than let a peer that
