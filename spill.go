@@ -141,13 +141,14 @@ func (s *spill) mergeFile(sorted iter.Seq[fingerprint], count int) (err error) {
 	index := make([]fingerprint, 0, (total+s.perBlock()-1)/s.perBlock())
 	var written int64
 	buf := make([]byte, 0, 16)
-	put := func(fp fingerprint) error {
+	// A failed write is reported by every later one and by Flush
+	// (bufio.Writer), so put leaves it to Flush.
+	put := func(fp fingerprint) {
 		if written%s.perBlock() == 0 {
 			index = append(index, fp)
 		}
 		written++
-		_, err := out.Write(s.encode(buf[:0], fp))
-		return err
+		out.Write(s.encode(buf[:0], fp))
 	}
 	rec := make([]byte, s.size)
 	next := func() (fingerprint, bool, error) {
@@ -168,21 +169,15 @@ func (s *spill) mergeFile(sorted iter.Seq[fingerprint], count int) (err error) {
 	}
 	for fp := range sorted {
 		for ok && compareFP(have, fp) < 0 {
-			if err := put(have); err != nil {
-				return err
-			}
+			put(have)
 			if have, ok, err = next(); err != nil {
 				return err
 			}
 		}
-		if err := put(fp); err != nil {
-			return err
-		}
+		put(fp)
 	}
 	for ok {
-		if err := put(have); err != nil {
-			return err
-		}
+		put(have)
 		if have, ok, err = next(); err != nil {
 			return err
 		}

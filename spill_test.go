@@ -2,6 +2,7 @@ package dmutex
 
 import (
 	"context"
+	"io"
 	"math"
 	"os"
 	"path/filepath"
@@ -227,6 +228,33 @@ func TestSpillErrors(t *testing.T) {
 		require.Len(t, entries, 1, "the file the failed merge began is removed")
 		assert.Equal(t, filepath.Base(old.Name()), entries[0].Name())
 	})
+	// The old file cut inside a fingerprint: the merge fails with the
+	// read's error, whether it meets the cut before the new
+	// fingerprints or after them.
+	for _, tt := range []struct {
+		name string
+		fp   uint64
+	}{{"cut before the new", 1 << 40}, {"cut after the new", 1}} {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := t.TempDir()
+			s := newSpill(dir, 64, 1<<10)
+			t.Cleanup(s.close)
+			s.merge(func(yield func(fingerprint) bool) {
+				for i := range 1000 {
+					if !yield(fingerprint{uint64(2*i + 3)}) {
+						return
+					}
+				}
+			}, 1000)
+			require.NoError(t, s.err)
+			require.NoError(t, os.Truncate(s.f.Name(), 4004))
+			s.merge(slices.Values([]fingerprint{{tt.fp}}), 1)
+			require.ErrorIs(t, s.err, io.ErrUnexpectedEOF)
+			entries, err := os.ReadDir(dir)
+			require.NoError(t, err)
+			assert.Len(t, entries, 1, "the file the failed merge began is removed")
+		})
+	}
 	t.Run("lookup", func(t *testing.T) {
 		v := newVisitedSize(false, 64, 1<<10)
 		v.spill = newSpill(t.TempDir(), 64, 1<<10)
