@@ -756,6 +756,17 @@ func (e *restartError) Error() string {
 		"a restarted peer has lost its protocol state and cannot rejoin; restart the whole cluster", e.from, e.to)
 }
 
+// refuseUnproven refuses, under Insecure, a stream from peer from whose
+// hello claims something that would make this transport give up (what,
+// and err) but that nothing proves: refused so that an honest sender
+// gives up, warned about and counted, and the transport goes on. See Err.
+func (t *Transport) refuseUnproven(from int, what string, err error) error {
+	t.refused.Add(1)
+	t.log.Warn("dmutex: grpctransport: stream refused, its hello "+what+"; "+
+		"not giving up, since nothing proves who sent it (Insecure)", "from", from, "err", err)
+	return status.Error(codes.FailedPrecondition, err.Error())
+}
+
 // restartRefusal returns the restartError that err, which ended a stream
 // of this transport to o's peer, carries, or nil: one that peerProcess
 // returned, or the refusal of a peer that found itself to be a restart
@@ -1139,10 +1150,7 @@ func (is *inStream) read() error {
 		if t.opt.insecure {
 			// Unproven: refuse it, so that an honest sender gives up,
 			// but go on; see Err.
-			t.refused.Add(1)
-			t.log.Warn("dmutex: grpctransport: stream refused, its hello claims another cluster; "+
-				"not giving up, since nothing proves who sent it (Insecure)", "from", from, "err", err)
-			return status.Error(codes.FailedPrecondition, err.Error())
+			return t.refuseUnproven(from, "claims another cluster", err)
 		}
 		is.fatal = err
 		return refuse(codes.FailedPrecondition, err)
@@ -1167,10 +1175,7 @@ func (is *inStream) read() error {
 			// gives up, but go on serving the process this transport
 			// knows; the restart is final once this transport's own
 			// stream to the peer sees it (peerProcess). See Err.
-			t.refused.Add(1)
-			t.log.Warn("dmutex: grpctransport: stream refused, its hello claims a restart of its sender; "+
-				"not giving up, since nothing proves who sent it (Insecure)", "from", from, "err", err)
-			return status.Error(codes.FailedPrecondition, err.Error())
+			return t.refuseUnproven(from, "claims a restart of its sender", err)
 		}
 		is.fatal = err
 		t.refusedRestart(from)
@@ -1191,10 +1196,7 @@ func (is *inStream) read() error {
 			// Unproven: refuse it, so that an honest sender gives up,
 			// but go on; this process gives up once its own stream to
 			// the sender's address is refused. See Err.
-			t.refused.Add(1)
-			t.log.Warn("dmutex: grpctransport: stream refused, its hello resumes past frames this process never received "+
-				"(a restart of this process); not giving up, since nothing proves who sent it (Insecure)", "from", from, "err", err)
-			return status.Error(codes.FailedPrecondition, err.Error())
+			return t.refuseUnproven(from, "resumes past frames this process never received (a restart of this process)", err)
 		}
 		is.fatal = err
 		return refuse(codes.FailedPrecondition, err)
