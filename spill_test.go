@@ -230,11 +230,12 @@ func TestSpillErrors(t *testing.T) {
 	})
 	// The old file cut inside a fingerprint: the merge fails with the
 	// read's error, whether it meets the cut before the new
-	// fingerprints or after them.
+	// fingerprints or after them; cut between two, it fails at the count.
 	for _, tt := range []struct {
 		name string
 		fp   uint64
-	}{{"cut before the new", 1 << 40}, {"cut after the new", 1}} {
+		cut  int64
+	}{{"cut before the new", 1 << 40, 4004}, {"cut after the new", 1, 4004}, {"cut between two", 1, 4000}} {
 		t.Run(tt.name, func(t *testing.T) {
 			dir := t.TempDir()
 			s := newSpill(dir, 64, 1<<10)
@@ -247,9 +248,16 @@ func TestSpillErrors(t *testing.T) {
 				}
 			}, 1000)
 			require.NoError(t, s.err)
-			require.NoError(t, os.Truncate(s.f.Name(), 4004))
+			require.NoError(t, os.Truncate(s.f.Name(), tt.cut))
 			s.merge(slices.Values([]fingerprint{{tt.fp}}), 1)
-			require.ErrorIs(t, s.err, io.ErrUnexpectedEOF)
+			require.Error(t, s.err)
+			if tt.cut%8 != 0 {
+				require.ErrorIs(t, s.err, io.ErrUnexpectedEOF)
+			} else {
+				// The file ends where a fingerprint would start: read as
+				// its end, and found short by the count.
+				require.ErrorContains(t, s.err, "wrote 501 fingerprints, want 1001")
+			}
 			entries, err := os.ReadDir(dir)
 			require.NoError(t, err)
 			assert.Len(t, entries, 1, "the file the failed merge began is removed")
