@@ -138,13 +138,14 @@ func checkCases() []checkCase {
 					// paths of three hops.
 					cs = append(cs, checkCase{v: v, n: 4, requests: 1, net: net})
 				}
-				if net == NetworkFIFO && (a == TokenRing || a == RoucairolCarvalho || a == RicartAgrawalaToken || a == SinghalDynamic || a == SuzukiKasami) {
+				if net == NetworkFIFO && (a == TokenRing || a == RoucairolCarvalho || a == RicartAgrawalaToken || a == SinghalDynamic || a == SuzukiKasami || a == AgrawalElAbbadi) {
 					// Bounded waiting at n = 4 with two requests per
 					// peer, with the graph found depth first: 4.7M
 					// states (the token ring), 6.5M (Roucairol-Carvalho,
 					// Singhal dynamic) and 12.2M (Ricart-Agrawala
 					// token), a minute or two each and up to 3.2 GB;
-					// 29.8M (Suzuki-Kasami), 11 minutes and 3.4 GB.
+					// 29.8M (Suzuki-Kasami) and 44.8M (Agrawal-El
+					// Abbadi), 11 to 14 minutes and up to 4.2 GB.
 					cs = append(cs, checkCase{v: v, n: 4, requests: 2, net: net, big: true, live: true})
 				}
 				if net == NetworkFIFO {
@@ -290,7 +291,9 @@ func bigLimit(cc checkCase) int {
 	if cc.big && cc.live && limit == 0 {
 		// With the graph (100 to 200 bytes a state, depth first,
 		// with the garbage): stop well short of the machine's memory.
-		limit = 40_000_000
+		// The biggest case, Agrawal-El Abbadi at n = 4 with two
+		// requests per peer, has 44.8M states.
+		limit = 60_000_000
 	}
 	if cc.big && !cc.live && limit == 0 {
 		// 16 bytes a state without the graph, in a table of 2^28
