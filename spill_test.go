@@ -364,3 +364,22 @@ func TestSpillIndex(t *testing.T) {
 		s.close()
 	}
 }
+
+// TestBrokenAtTheStart: a world broken before any step (no token
+// anywhere) is refuted at 0 states, with and without a spill, before
+// the search has a visited set: the result reads nothing from it.
+func TestBrokenAtTheStart(t *testing.T) {
+	t.Parallel()
+	for _, cc := range []CheckConfig{{}, {SafetyOnly: true, SpillDir: t.TempDir()}} {
+		cc.Algorithm, cc.N, cc.Requests = Centralized, 2, 1
+		cc.build = func(int, int) machine { return &dropper{} }
+		res, err := Check(context.Background(), cc)
+		require.NoError(t, err)
+		require.NotNil(t, res.Violation)
+		assert.Equal(t, "safety", res.Violation.Property)
+		assert.Equal(t, Refuted, res.Safe)
+		assert.Zero(t, res.States)
+		assert.Zero(t, res.Spilled)
+		assert.Zero(t, res.SpillMerges)
+	}
+}
