@@ -39,7 +39,7 @@ func TestSpilledSetIsExact(t *testing.T) {
 		assert.Equal(t, n, v.len())
 		assert.Greater(t, v.merges(), 4, "%d bits", bits)
 		assert.Equal(t, n, v.n+v.spilled())
-		assert.LessOrEqual(t, v.mask+1, uint64(1<<12), "the table grew past its spill's limit")
+		assert.Equal(t, uint64(1<<12), v.mask+1, "the table grows to its spill's limit, and no further")
 
 		// The file: sorted, each once, every one in it also found.
 		raw, err := os.ReadFile(v.spill.f.Name())
@@ -381,5 +381,31 @@ func TestBrokenAtTheStart(t *testing.T) {
 		assert.Zero(t, res.States)
 		assert.Zero(t, res.Spilled)
 		assert.Zero(t, res.SpillMerges)
+	}
+}
+
+// TestGrowBytes: what the table's next doubling adds is counted once the
+// next margin additions may set it off, and never for a table as big as
+// its spill lets it be, which empties instead.
+func TestGrowBytes(t *testing.T) {
+	t.Parallel()
+	for _, spill := range []bool{false, true} {
+		v := newVisitedSize(false, 64, 1<<10)
+		if spill {
+			v.spill = newSpill(t.TempDir(), 64, 1<<11)
+			t.Cleanup(v.release)
+		}
+		for i := range 700 {
+			v.add(fingerprint{uint64(i+1) * 0x9e3779b97f4a7c15}, 0)
+		}
+		assert.Equal(t, 2*v.bytes(), v.growBytes(100), "spill %v: 800 of 1024 slots pass 3/4", spill)
+		assert.Zero(t, v.growBytes(10), "spill %v: 710 of 1024 slots do not", spill)
+		if spill {
+			for i := range 700 { // the table doubles to 2^11 slots, its most
+				v.add(fingerprint{uint64(i+1) * 0x51_7cc1_b727_220a}, 0)
+			}
+			require.Equal(t, uint64(1<<11), v.mask+1)
+			assert.Zero(t, v.growBytes(1000), "a full table empties, it does not double")
+		}
 	}
 }
