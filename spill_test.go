@@ -409,3 +409,19 @@ func TestGrowBytes(t *testing.T) {
 		}
 	}
 }
+
+// TestSpillUnderMaxMemory: without a test's table size, MaxMemory sets
+// it: under 1 MiB, a table of 2^15 128-bit hashes (half the limit),
+// merged each time it passes 3/4 full, three times over the 95,401
+// states of Ricart-Agrawala n = 3, r = 2 over an unordered network.
+func TestSpillUnderMaxMemory(t *testing.T) {
+	t.Parallel()
+	skipRaceLight(t, "95,401 states, seconds under -race")
+	r, err := Check(context.Background(), CheckConfig{Algorithm: RicartAgrawala, N: 3, Requests: 2, Network: NetworkUnordered,
+		SafetyOnly: true, MaxMemory: 1 << 20, SpillDir: t.TempDir()})
+	require.NoError(t, err)
+	assert.True(t, r.Complete)
+	assert.Equal(t, 95401, r.States)
+	assert.Equal(t, 3, r.SpillMerges)
+	assert.Equal(t, 3*24577, r.Spilled)
+}
