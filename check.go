@@ -1558,19 +1558,12 @@ func (c *checker) depthFirst(w *World) (bool, error) {
 		}
 		if c.limit > 0 && c.res.States >= c.limit {
 			if _, seen := c.fps.get(fp); seen {
-				if err := c.fps.failed(); err != nil {
-					return false, err
-				}
 				continue
 			}
 			c.stopped = StoppedAtStateLimit
 			return false, nil
 		}
-		_, seen := c.fps.add(fp, 0)
-		if err := c.fps.failed(); err != nil {
-			return false, err
-		}
-		if seen {
+		if _, seen := c.fps.add(fp, 0); seen {
 			continue
 		}
 		c.res.States++
@@ -1589,6 +1582,12 @@ func (c *checker) depthFirst(w *World) (bool, error) {
 		if !push() {
 			return false, nil
 		}
+	}
+	// A spill that failed (spill.go) answers every lookup "seen" from
+	// then on, so the search ran out of new states: it saw too few to
+	// be complete.
+	if err := c.fps.failed(); err != nil {
+		return false, err
 	}
 	return true, nil
 }

@@ -37,8 +37,9 @@ import (
 // Each merge reads and writes the whole file, so a search of s states
 // over a table of m slots writes about s²/(2·(3/4)m) fingerprints in all;
 // with a table of hundreds of millions of slots that is a few times the
-// file. An error of the file system stops the search (err); the file is
-// removed by close, and never outlives the Check that made it.
+// file. After an error of the file system (err) the set takes nothing
+// more, and the search returns the error; the file is removed by close,
+// and never outlives the Check that made it.
 type spill struct {
 	dir      string
 	f        *os.File      // nil until the first merge
@@ -91,7 +92,7 @@ func (s *spill) encode(b []byte, fp fingerprint) []byte {
 
 // has reports whether the file holds fp (as the table stores it: see
 // visited.stored). After an error it reports true, so that the search
-// adds nothing more; the search stops at the error.
+// adds nothing more, runs out of states and returns the error.
 func (s *spill) has(fp fingerprint) bool {
 	if s.err != nil {
 		return true

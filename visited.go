@@ -142,8 +142,8 @@ func (v *visited) add(fp fingerprint, id int32) (int32, bool) {
 	return id, false
 }
 
-// failed returns the error of the spill's file system that stopped the
-// set, if any: the search stops at it.
+// failed returns the error of the spill's file system, if any: the set
+// has taken nothing since, and the search returns the error.
 func (v *visited) failed() error {
 	if v.spill != nil {
 		return v.spill.err
