@@ -151,8 +151,8 @@ func (v *visited) failed() error {
 	return nil
 }
 
-// spilled returns the fingerprints in the spill's file, and merges how
-// often the table was merged into it.
+// spilled returns the fingerprints in the spill's file (0 without a
+// spill, or before the search made its set).
 func (v *visited) spilled() int {
 	if v == nil || v.spill == nil {
 		return 0
@@ -160,6 +160,7 @@ func (v *visited) spilled() int {
 	return int(v.spill.n)
 }
 
+// merges returns how often the table was merged into the spill's file.
 func (v *visited) merges() int {
 	if v == nil || v.spill == nil {
 		return 0
