@@ -254,11 +254,18 @@ type CheckConfig struct {
 	// deadlock or a limit, the search is made again breadth first, as
 	// with the graph below, whose result (the states up to there, a shortest
 	// counterexample) does not depend on the workers (see parallel.go).
-	// With the graph, the search is breadth first, in batches of states
-	// that the workers expand at once and one goroutine merges in the
-	// order of the queue, so that the result (States, Transitions, every
-	// verdict, the counterexample, a shortest one) is the same for any
-	// number of workers, and the same as without them. 0, the default, is
+	// With the graph over FIFO queues, the workers search depth first in
+	// the same way, and each also records the edges it takes and what
+	// holds in the states it adds; the complete graph is the one the
+	// search on one goroutine finds, renumbered the same way, so the
+	// result (States, Transitions, every verdict, MaxOvertakes, the
+	// counterexample) is the same for any number of workers; where it
+	// would stop, it too is made again breadth first (see pargraph.go).
+	// Liveness then runs its passes over the peers on up to Workers
+	// goroutines. Over an unordered network the search with the graph is
+	// breadth first, in batches of states that the workers expand at once
+	// and one goroutine merges in the order of the queue, with the same
+	// result for any number of workers, but no faster. 0, the default, is
 	// one goroutine, depth first with SafetyOnly. It excludes
 	// PartialOrder, whose reduction needs a depth-first path.
 	// BenchmarkCheckParallel measures what it gains; more workers than
@@ -711,6 +718,7 @@ type checker struct {
 	// cls and ent, and info[s] what holds there.
 	parent []int32
 	off    []int32
+	end    []int32 // after the parallel search with the graph: where s's edges end (pargraph.go); nil otherwise
 	to     []int32
 	cls    []int32 // fairness class of the edge, -1 for none
 	ent    []int8  // peer that entered on the edge, -1 for none
@@ -754,8 +762,6 @@ type checker struct {
 	memBytes   int64
 
 	overlap *Violation // with Fenced: the first step that let two peers in, which does not stop the search
-
-	cur *World // the world being expanded, for classOf
 }
 
 // stateInfo is what holds in one explored state: 12 bytes, for peers
@@ -948,7 +954,9 @@ func newChecker(cc CheckConfig) (*checker, error) {
 		},
 	}
 	c.res.MaxOvertakes = -1
-	c.deep = c.graph && cc.Workers == 0 && !cc.StopAtDeadlock && !cc.breadthFirst
+	// The graph is searched depth first, on one goroutine or (over FIFO
+	// queues) with workers: see deepgraph.go and pargraph.go.
+	c.deep = c.graph && !cc.StopAtDeadlock && !cc.breadthFirst && (cc.Workers == 0 || cc.Network == NetworkFIFO)
 	if c.deep && cc.Fenced {
 		c.overlaps = []uint64{}
 	}
@@ -1033,8 +1041,7 @@ func (h *hasher) fingerprint(w *World) fingerprint {
 	return fingerprint{maphash.Bytes(h.seeds[0], h.buf), maphash.Bytes(h.seeds[1], h.buf)}
 }
 
-// classOf is the fairness class of transition t in the world being
-// expanded: one class per obligation of weak fairness (see liveness.go),
+// classOf is the fairness class of transition t from the world cur: one class per obligation of weak fairness (see liveness.go),
 // -1 for the environment's choices. The classes are "holder q steps out"
 // (its write to the fenced store, or its leave once it has written: at
 // most one of them is enabled in a state, and a holder owes whichever
@@ -1042,7 +1049,7 @@ func (h *hasher) fingerprint(w *World) fingerprint {
 // its fence included: two messages that differ only in it are two
 // deliveries owed, as World.bagDup offers both), and a suspicion or trust
 // the detector owes.
-func (c *checker) classOf(t Transition) int32 {
+func (c *checker) classOf(cur *World, t Transition) int32 {
 	n := int32(c.cc.N)
 	switch t.Kind {
 	case TransLeave, TransWrite:
@@ -1050,7 +1057,7 @@ func (c *checker) classOf(t Transition) int32 {
 	case TransSuspect, TransTrust:
 		// Owed by the detector, when enabled outside the false budget:
 		// a suspicion of a crashed peer, a trust of a live one.
-		if t.Kind == TransSuspect && c.cc.Detector.Kind == DetectorImperfect && !c.crashedNow(t.Target) {
+		if t.Kind == TransSuspect && c.cc.Detector.Kind == DetectorImperfect && !(cur != nil && cur.isCrashed(t.Target)) {
 			return -1
 		}
 		return 1<<30 + int32(t.Kind)*64 + int32(t.Peer*c.cc.N+t.Target)
@@ -1073,14 +1080,11 @@ func (c *checker) classOf(t Transition) int32 {
 	return -1
 }
 
-// crashedNow reports whether peer p has crashed in the world being
-// expanded.
-func (c *checker) crashedNow(p int) bool { return c.cur != nil && c.cur.isCrashed(p) }
-
 // explore runs the search. It stops at the first safety violation, and
 // records the first deadlock but goes on. With the graph it is depth
-// first and then renumbers the states breadth first (deepgraph.go), or
-// breadth first throughout (StopAtDeadlock, Workers, or again after a
+// first, on one goroutine (deepgraph.go) or with workers (pargraph.go),
+// and then renumbers the states breadth first, or breadth first
+// throughout (StopAtDeadlock, workers over a bag, or again after a
 // safety violation), so that a counterexample is a shortest one; without,
 // it is depth first and keeps only the worlds on the current path. If ctx ends, it
 // returns ctx.Err() with what it found so far in c.res.
@@ -1128,6 +1132,15 @@ func (c *checker) explore(ctx context.Context) error {
 			// Where the workers stopped depends on their timing; the
 			// breadth-first search's result does not (parallel.go).
 			return c.again(ctx)
+		}
+	case c.cc.Workers > 0 && c.deep:
+		var redo bool
+		complete, redo, err = c.parallelDepthFirstGraph(w)
+		if redo {
+			return c.again(ctx) // as above, and as deepgraph.go's search below
+		}
+		if complete {
+			c.renumber()
 		}
 	case c.cc.Workers > 0:
 		complete, err = c.parallelBreadthFirst(w)
@@ -1196,7 +1209,8 @@ func (c *checker) release() {
 	unmapArray(c.ent)
 	unmapArray(c.code)
 	unmapArray(c.info)
-	c.parent, c.off, c.to, c.cls, c.ent, c.code, c.info = nil, nil, nil, nil, nil, nil, nil
+	unmapArray(c.end)
+	c.parent, c.off, c.to, c.cls, c.ent, c.code, c.info, c.end = nil, nil, nil, nil, nil, nil, nil, nil
 	if c.fps != nil {
 		c.fps.release()
 	}
@@ -1272,13 +1286,22 @@ func (c *checker) examine(cur *World, trs []Transition) ([]Transition, verdict, 
 // record counts a blocked state and, with the graph, records what holds
 // in cur, given the flags inspect found (stQuiet, stBlocked).
 func (c *checker) record(cur *World, flags uint8) {
-	c.cur = cur
 	if flags&stBlocked != 0 {
 		c.res.Blocked++
 	}
 	if !c.graph {
 		return
 	}
+	if c.deep {
+		c.off = grow(c.off, 1, c.stateReserve())
+		c.info = grow(c.info, 1, c.stateReserve())
+	}
+	c.off = append(c.off, int32(len(c.to)))
+	c.info = append(c.info, c.infoOf(cur, flags))
+}
+
+// infoOf returns what holds in cur, given the flags inspect found.
+func (c *checker) infoOf(cur *World, flags uint8) stateInfo {
 	info := stateInfo{flags: flags}
 	for p, s := range cur.peers {
 		if s.d.wanting() && !cur.isCrashed(p) {
@@ -1298,12 +1321,7 @@ func (c *checker) record(cur *World, flags uint8) {
 			}
 		}
 	}
-	if c.deep {
-		c.off = grow(c.off, 1, c.stateReserve())
-		c.info = grow(c.info, 1, c.stateReserve())
-	}
-	c.off = append(c.off, int32(len(c.to)))
-	c.info = append(c.info, info)
+	return info
 }
 
 // inspect lists cur's transitions into trs and, if cur is quiet, checks
@@ -1408,7 +1426,7 @@ func (c *checker) breadthFirst(w *World) (bool, error) {
 				spare = next // a known state: reuse its arrays
 			}
 			c.to = append(c.to, to)
-			c.cls = append(c.cls, c.classOf(t))
+			c.cls = append(c.cls, c.classOf(cur, t))
 			c.ent = append(c.ent, int8(st.Entered))
 		}
 		if head > 4096 && head*2 > len(work) {
@@ -1463,6 +1481,7 @@ type dfsFrame struct {
 	next  int
 	limit int         // the frame is done when next reaches it: len(trs), or fewer under PartialOrder
 	fp    fingerprint // w's, under PartialOrder
+	edge  int32       // the number of trs[0]'s edge, in the parallel search with the graph (pargraph.go)
 }
 
 // depthFirst explores from w depth first, without the graph: it keeps

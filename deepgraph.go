@@ -83,8 +83,10 @@ import (
 // the breadth-first search at its first one, a shortest counterexample,
 // with counts up to it, so when the depth-first search meets one, explore
 // runs the breadth-first search again from the start (a broken machine is
-// usually found within a few thousand states); StopAtDeadlock and Workers
-// use the breadth-first search throughout. When a limit or the context
+// usually found within a few thousand states); StopAtDeadlock, and
+// Workers over an unordered network, use the breadth-first search
+// throughout (with Workers over FIFO queues, pargraph.go builds this
+// same graph on several goroutines). When a limit or the context
 // stops the depth-first search, the states it saw are renumbered the
 // same way over the edges it had taken, so a deadlock it found is reported
 // by a shortest path among them, not always a shortest one overall; the
@@ -221,8 +223,7 @@ func (c *checker) depthFirstGraph(w *World) (bool, error) {
 			c.brokenStep(along(stack), t, next, err)
 			return false, nil
 		}
-		c.cur = f.w // classOf asks about the source
-		c.setEdge(e, edgeKind{c.classOf(t), int8(st.Entered)})
+		c.setEdge(e, edgeKind{c.classOf(f.w, t), int8(st.Entered)}) // the class asks about the source
 		if st.overlap != nil {
 			c.overlaps[e/64] |= 1 << uint(e%64)
 		}
@@ -323,8 +324,17 @@ func (c *checker) edgeEntry(e int32) int8 {
 // and are skipped.
 func (c *checker) renumber() {
 	ns := int32(len(c.info))
-	c.off = grow(c.off, 1, c.stateReserve())
-	c.off = append(c.off, int32(len(c.to)))
+	// A state's edges are to[off[s]:end(s)]: up to the next state's
+	// offset, or, after the parallel search (pargraph.go), which reserves
+	// each state's edges when a worker first examines it and so not in
+	// the order of the states' numbers, up to end[s].
+	end := func(s int32) int32 { return c.off[s+1] }
+	if c.end != nil {
+		end = func(s int32) int32 { return c.end[s] }
+	} else {
+		c.off = grow(c.off, 1, c.stateReserve())
+		c.off = append(c.off, int32(len(c.to)))
+	}
 	// perm: depth-first number to breadth-first; order: the reverse.
 	perm := makeArray[int32](int(ns))
 	for i := range perm {
@@ -335,7 +345,7 @@ func (c *checker) renumber() {
 	perm[0], parent[0] = 0, -1
 	for h := 0; h < len(order); h++ {
 		s := order[h]
-		for e := c.off[s]; e < c.off[s+1]; e++ {
+		for e := c.off[s]; e < end(s); e++ {
 			if t := c.to[e]; t >= 0 && perm[t] < 0 {
 				perm[t] = int32(len(order))
 				order = append(order, t)
@@ -359,11 +369,11 @@ func (c *checker) renumber() {
 	}
 	off := makeArray[int32](int(ns) + 1)
 	for i, s := range order {
-		off[i+1] = off[i] + c.off[s+1] - c.off[s]
+		off[i+1] = off[i] + end(s) - c.off[s]
 	}
 	to := makeArray[int32](len(c.to))
 	for i, s := range order {
-		for k, t := range c.to[c.off[s]:c.off[s+1]] {
+		for k, t := range c.to[c.off[s]:end(s)] {
 			if t >= 0 {
 				t = perm[t]
 			}
@@ -376,21 +386,21 @@ func (c *checker) renumber() {
 	if c.compact {
 		code := makeArray[uint8](len(c.code))
 		for i, s := range order {
-			copy(code[off[i]:off[i+1]], c.code[c.off[s]:c.off[s+1]])
+			copy(code[off[i]:off[i+1]], c.code[c.off[s]:end(s)])
 		}
 		unmapArray(c.code)
 		c.code = code
 	} else {
 		cls := makeArray[int32](len(c.cls))
 		for i, s := range order {
-			copy(cls[off[i]:off[i+1]], c.cls[c.off[s]:c.off[s+1]])
+			copy(cls[off[i]:off[i+1]], c.cls[c.off[s]:end(s)])
 		}
 		unmapArray(c.cls)
 		c.cls = cls
 		collect()
 		ent := makeArray[int8](len(c.ent))
 		for i, s := range order {
-			copy(ent[off[i]:off[i+1]], c.ent[c.off[s]:c.off[s+1]])
+			copy(ent[off[i]:off[i+1]], c.ent[c.off[s]:end(s)])
 		}
 		unmapArray(c.ent)
 		c.ent = ent
@@ -398,7 +408,7 @@ func (c *checker) renumber() {
 	if c.overlaps != nil {
 		first := int32(-1)
 		for i, s := range order {
-			for e := c.off[s]; e < c.off[s+1] && first < 0; e++ {
+			for e := c.off[s]; e < end(s) && first < 0; e++ {
 				if c.overlaps[e/64]&(1<<uint(e%64)) != 0 {
 					first = off[i] + e - c.off[s]
 				}
@@ -418,7 +428,8 @@ func (c *checker) renumber() {
 	unmapArray(c.info)
 	c.info = info
 	unmapArray(c.off)
-	c.off = off
+	unmapArray(c.end)
+	c.off, c.end = off, nil
 	unmapArray(order)
 	c.fps.renumber(perm)
 	c.firstDeadlock = -1

@@ -111,7 +111,8 @@ func sameSlice[T comparable](t *testing.T, what string, want, got []T) {
 }
 
 // TestDepthFirstGraphAgrees: the graph searched depth first and
-// renumbered gives exactly what the breadth-first search gives (see
+// renumbered, on one goroutine or (over FIFO queues) with two workers
+// (pargraph.go), gives exactly what the breadth-first search gives (see
 // deepgraph.go), over every algorithm at n = 3 with one request per peer
 // on each network it supports, a few with two, the liveness regression
 // machines of liveness_test.go, recovery rows (with their fates after the
@@ -185,6 +186,21 @@ func TestDepthFirstGraphAgrees(t *testing.T) {
 			corpus = append(corpus, named{"variant/" + v.Name, CheckConfig{Variant: v.Name}})
 		}
 	}
+	// The parallel search with the graph (pargraph.go) over FIFO queues,
+	// each case again with two workers: the same arrays after renumber.
+	for _, tt := range corpus {
+		net := tt.cfg.Network
+		if tt.cfg.Variant != "" {
+			v, err := LookupVariant(tt.cfg.Variant)
+			require.NoError(t, err)
+			net = v.Network
+		}
+		if net == NetworkFIFO {
+			tt.name += "/workers=2"
+			tt.cfg.Workers = 2
+			corpus = append(corpus, tt)
+		}
+	}
 	sawOverlap, sawDeadlock, sawStarvation, sawUnsafe := false, false, false, false
 	for _, tt := range corpus {
 		t.Run(tt.name, func(t *testing.T) {
@@ -222,6 +238,10 @@ func TestDepthFirstGraphAgrees(t *testing.T) {
 				Faults: CheckFaults{Crash: true}, Detector: Detector{Kind: DetectorPerfect}}
 			requireSameCheck(t, cfg)
 			deep, wide, _, _ := runBoth(t, cfg)
+			cfg.Workers = 2
+			requireSameCheck(t, cfg)
+			two, _, _, _ := runBoth(t, cfg)
+			require.True(t, two.deep, "the parallel search with the graph")
 			in := func(c *checker) func(s int32) bool {
 				return func(s int32) bool { return c.info[s].flags&stFaulted != 0 }
 			}
@@ -229,6 +249,9 @@ func TestDepthFirstGraphAgrees(t *testing.T) {
 			wf, wa := wide.afterFault(in(wide))
 			assert.Equal(t, wf, df)
 			assert.Equal(t, wa, da)
+			tf, ta := two.afterFault(in(two))
+			assert.Equal(t, wf, tf, "two workers")
+			assert.Equal(t, wa, ta, "two workers")
 		})
 	}
 }

@@ -1,6 +1,10 @@
 package dmutex
 
-import "slices"
+import (
+	"slices"
+	"sync"
+	"sync/atomic"
+)
 
 // Starvation under weak fairness, decided over the explored graph.
 //
@@ -67,10 +71,31 @@ func (c *checker) liveness() {
 	}
 	c.res.Liveness = true
 	c.res.MaxOvertakes = 0
-	sc := newSCCs(len(c.info))
-	defer sc.release()
-	for p := range c.cc.N {
-		over, lasso := c.peerLiveness(sc, p)
+	// Each peer's pass reads the graph and writes only its own scratch,
+	// so with workers the passes run at once, each worker with a scratch
+	// of its own; their answers are then read in the order of the peers,
+	// as one goroutine reads them.
+	type answer struct {
+		over  int
+		lasso *lasso
+	}
+	answers := make([]answer, c.cc.N)
+	var next atomic.Int32
+	pass := func() {
+		sc := newSCCs(len(c.info))
+		defer sc.release()
+		for p := int(next.Add(1) - 1); p < c.cc.N; p = int(next.Add(1) - 1) {
+			answers[p].over, answers[p].lasso = c.peerLiveness(sc, p)
+		}
+	}
+	var wg sync.WaitGroup
+	for range min(c.cc.Workers, c.cc.N) - 1 {
+		wg.Go(pass)
+	}
+	pass()
+	wg.Wait()
+	for p, a := range answers {
+		over, lasso := a.over, a.lasso
 		if over < 0 || c.res.MaxOvertakes < 0 {
 			c.res.MaxOvertakes = -1
 		} else {

@@ -542,7 +542,7 @@ func TestFairnessClasses(t *testing.T) {
 		{"copies of one message", grant(1, 4), grant(1, 9), true},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			a, b := c.classOf(tt.a), c.classOf(tt.b)
+			a, b := c.classOf(nil, tt.a), c.classOf(nil, tt.b)
 			require.GreaterOrEqual(t, a, int32(0))
 			require.GreaterOrEqual(t, b, int32(0))
 			assert.Equal(t, tt.same, a == b)
@@ -556,7 +556,7 @@ func TestFairnessClasses(t *testing.T) {
 		{Kind: TransPartition, Peer: -1},
 		{Kind: TransHeal, Peer: -1},
 	} {
-		assert.Equal(t, int32(-1), c.classOf(tr), "%v is the environment's choice", tr)
+		assert.Equal(t, int32(-1), c.classOf(nil, tr), "%v is the environment's choice", tr)
 	}
 }
 

@@ -6,7 +6,9 @@ import (
 	"time"
 )
 
-// The parallel search (CheckConfig.Workers).
+// The parallel breadth-first search (CheckConfig.Workers with the graph
+// over an unordered network, and wherever a parallel depth-first search,
+// below or in pargraph.go, is made again).
 //
 // It is the breadth-first search of breadthFirst, cut into batches: the
 // next states of the queue, up to batchSize, are expanded by the workers
@@ -207,7 +209,7 @@ func (c *checker) parallelBreadthFirst(w *World) (bool, error) {
 				}
 				if c.graph {
 					c.to = append(c.to, to)
-					c.cls = append(c.cls, c.classOf(t))
+					c.cls = append(c.cls, c.classOf(cur, t))
 					c.ent = append(c.ent, s.entered)
 				}
 			}
@@ -290,8 +292,9 @@ func (c *checker) parallelBreadthFirst(w *World) (bool, error) {
 // another: a state already examined, and the transitions from it still
 // to take.
 type task struct {
-	w   *World
-	trs []Transition
+	w    *World
+	trs  []Transition
+	edge int32 // with the graph: the number of trs[0]'s edge (pargraph.go)
 }
 
 // pdfs is the shared part of a parallel depth-first search.
@@ -299,6 +302,7 @@ type pdfs struct {
 	c       *checker
 	set     *sharedVisited
 	workers int
+	g       *pgraph // the graph (pargraph.go), nil without
 
 	mu   sync.Mutex
 	idle []*pworker // idle workers, each waiting on its wake for a task
@@ -328,6 +332,13 @@ type pworker struct {
 
 	wake sync.Cond // on p.mu: signalled when next is set, or the search is over
 	next *task     // handed over by a busy worker, under p.mu
+
+	// With the graph (pargraph.go): the kinds of edge this worker has
+	// named, and the deadlocked states and the steps that let two peers
+	// in (with Fenced) that it found.
+	kindOf    map[edgeKind]uint8
+	deadlocks []int32
+	overlaps  []int32
 }
 
 // parallelDepthFirst explores from w as described above, with
@@ -335,7 +346,8 @@ type pworker struct {
 // every state, and whether the search must be made again breadth first
 // (see above); it returns errInterrupted as soon as the context ends.
 func (c *checker) parallelDepthFirst(w *World) (complete, redo bool, err error) {
-	p := &pdfs{c: c, set: newSharedVisited(c.cc.Fingerprint), workers: c.cc.Workers}
+	p := &pdfs{c: c, set: newSharedVisited(c.cc.Fingerprint, false), workers: c.cc.Workers}
+	defer p.set.release()
 	xs := make([]*pworker, p.workers)
 	for i := range xs {
 		xs[i] = &pworker{hash: hasher{seeds: &c.seeds, bits: c.cc.Fingerprint}, first: i == 0}
@@ -454,7 +466,7 @@ func (p *pdfs) share(stack []dfsFrame, i int) bool {
 	p.idle[len(p.idle)-1] = nil
 	p.idle = p.idle[:len(p.idle)-1]
 	p.hungry.Store(int32(len(p.idle)))
-	x.next = &task{w: f.w, trs: f.trs[f.next:f.limit]}
+	x.next = &task{w: f.w, trs: f.trs[f.next:f.limit], edge: f.edge + int32(f.next)}
 	f.w, f.trs, f.next, f.limit = nil, nil, 0, 0
 	x.wake.Signal()
 	p.handovers.Add(1)
@@ -464,10 +476,11 @@ func (p *pdfs) share(stack []dfsFrame, i int) bool {
 // explore runs the depth-first search from the task's world over the
 // task's transitions. The worlds of its path are its own: a fresh stack
 // for each task, since the worlds handed over from an earlier one may
-// share machines with them.
+// share machines with them. With the graph (p.g), it also records each
+// edge it takes and what holds in each state it adds (pargraph.go).
 func (p *pdfs) explore(x *pworker, t *task) {
 	c := p.c
-	stack := []dfsFrame{{w: t.w, trs: t.trs, limit: len(t.trs)}}
+	stack := []dfsFrame{{w: t.w, trs: t.trs, limit: len(t.trs), edge: t.edge}}
 	// low is a level at or below the lowest frame with transitions left:
 	// every frame under it is done, so a search for one to hand over
 	// starts there, and each frame is passed over once.
@@ -497,6 +510,7 @@ func (p *pdfs) explore(x *pworker, t *task) {
 			}
 		}
 		tr := f.trs[f.next]
+		e := f.edge + int32(f.next)
 		f.next++
 		x.transitions++
 		if top+1 == cap(stack) {
@@ -509,15 +523,29 @@ func (p *pdfs) explore(x *pworker, t *task) {
 		}
 		next := f.w.cloneInto(child.w)
 		st, err := next.apply(tr)
-		if err != nil || st.overlap != nil {
+		if err != nil || (st.overlap != nil && p.g == nil) {
 			p.halt(true)
 			return
 		}
-		if p.set.add(x.hash.fingerprint(next)) {
-			continue
+		fp := x.hash.fingerprint(next)
+		var n int64
+		if p.g != nil {
+			if !p.edge(x, f.w, e, tr, st) {
+				return
+			}
+			id, seen := p.set.addID(fp, &p.states)
+			p.g.to[e] = id
+			if seen {
+				continue
+			}
+			n = int64(id) + 1
+		} else {
+			if p.set.add(fp) {
+				continue
+			}
+			n = p.states.Add(1)
 		}
-		n := p.states.Add(1)
-		if c.limit > 0 && n > int64(c.limit) {
+		if c.limit > 0 && n > int64(c.limit) || p.g != nil && n > int64(len(p.g.off)) {
 			p.halt(true)
 			return
 		}
@@ -528,9 +556,9 @@ func (p *pdfs) explore(x *pworker, t *task) {
 		}
 		if x.added&4095 == 0 && x.first && c.cc.Progress != nil && time.Since(c.lastReport) > time.Second {
 			c.lastReport = time.Now()
-			c.cc.Progress(CheckProgress{States: int(n), Transitions: int(p.transitions.Load()), Elapsed: time.Since(c.start), Memory: p.set.bytes.Load() + int64(len(stack)*p.workers)*c.worldSize})
+			c.cc.Progress(CheckProgress{States: int(p.states.Load()), Transitions: int(p.transitions.Load()), Elapsed: time.Since(c.start), Memory: p.memory(len(stack))})
 		}
-		if x.added&1023 == 0 && c.budget > 0 && p.set.bytes.Load()+int64(len(stack)*p.workers)*c.worldSize > c.budget {
+		if x.added&1023 == 0 && c.budget > 0 && p.memory(len(stack)) > c.budget {
 			p.halt(true)
 			return
 		}
@@ -543,9 +571,24 @@ func (p *pdfs) explore(x *pworker, t *task) {
 		if flags&stBlocked != 0 {
 			x.blocked++
 		}
-		if v != vOK {
+		if p.g != nil {
+			if !p.reserve(x, int32(n-1), g, v, flags) {
+				return
+			}
+		} else if v != vOK {
 			p.halt(true)
 			return
 		}
 	}
+}
+
+// memory returns what the search holds, with a path of the given depth
+// for each worker: the shared table, the worlds on the paths, and with
+// the graph what pargraph.go counts.
+func (p *pdfs) memory(depth int) int64 {
+	b := p.set.bytes.Load() + int64(depth*p.workers)*p.c.worldSize
+	if p.g != nil {
+		b += p.g.memory(p.states.Load(), min(p.workers, p.c.cc.N))
+	}
+	return b
 }

@@ -268,19 +268,19 @@ func TestParallelMemoryLimit(t *testing.T) {
 	}
 }
 
-// TestParallelProgress: both parallel searches report progress after a
-// second, and the depth-first one (whose reports parallel.go makes) every
-// second after that, with the states found, the transitions (depth
-// first, as the workers last added them up), the time and the memory, to
-// a callback that here ends the search by its context at its first report
-// (breadth first) or its second (depth first). Three seconds in all, so
-// not under -race.
+// TestParallelProgress: the parallel depth-first searches, without the
+// graph and with it (pargraph.go), report progress after a second and
+// every second after that (the reports parallel.go makes), with the
+// states found, the transitions (as the workers last added them up), the
+// time and the memory, to a callback that here ends the search by its
+// context at its second report. Four seconds in all, so not under
+// -race.
 func TestParallelProgress(t *testing.T) {
 	skipRaceLight(t, "two searches of two seconds")
 	for _, safetyOnly := range []bool{false, true} {
-		reports, workers := 1, 2
+		reports, workers := 2, 2
 		if safetyOnly {
-			reports, workers = 2, 1 // the first worker reports: with one, nobody else can
+			workers = 1 // the first worker reports: with one, nobody else can
 		}
 		ctx, cancel := context.WithCancel(context.Background())
 		var got []CheckProgress
@@ -302,10 +302,8 @@ func TestParallelProgress(t *testing.T) {
 			assert.Positive(t, p.Transitions, "safety only %v", safetyOnly)
 			assert.LessOrEqual(t, p.Transitions, res.Transitions, "safety only %v", safetyOnly)
 		}
-		if safetyOnly {
-			assert.GreaterOrEqual(t, got[1].Elapsed-got[0].Elapsed, time.Second, "reports less than a second apart")
-			assert.Less(t, got[0].States, got[1].States)
-		}
+		assert.GreaterOrEqual(t, got[1].Elapsed-got[0].Elapsed, time.Second, "safety only %v: reports less than a second apart", safetyOnly)
+		assert.Less(t, got[0].States, got[1].States, "safety only %v", safetyOnly)
 	}
 }
 
@@ -396,7 +394,9 @@ func TestParallelDepthFirstAgrees(t *testing.T) {
 // over: 2, 3 and 4 workers, several times each, on spaces of a few
 // thousand states, each search within a deadline that is reported as a
 // failure (not a hang of the test), and never made again breadth first
-// for limits it does not pass. Two workers once threw one task to
+// for limits it does not pass; without the graph and with it (over FIFO
+// queues the parallel depth-first search of pargraph.go, over a bag the
+// breadth-first one). Two workers once threw one task to
 // each other for ever (parallel.go says why that cannot happen now), and
 // a worker that started idle without being counted as idle left the
 // last busy one waiting for it. Across the runs, frames were handed over.
@@ -407,38 +407,41 @@ func TestParallelTerminates(t *testing.T) {
 		{Algorithm: SuzukiKasami, Network: NetworkUnordered},
 		{Algorithm: Raymond, N: 4, Faults: CheckFaults{Lose: true}},
 	} {
-		cfg.SafetyOnly, cfg.MaxStates, cfg.MaxMemory = true, -1, -1
-		want := checkWithin(t, cfg, time.Minute)
-		require.True(t, want.Complete)
-		exact := want.States
-		for _, w := range []int{2, 3, 4} {
-			for i := range 3 {
-				// No limits, then limits the search does not pass (the
-				// state limit exactly at the states there are): the
-				// depth-first search must not stop at them and be made
-				// again breadth first.
-				cfg.MaxStates, cfg.MaxMemory = -1, -1
-				if i > 0 {
-					cfg.MaxStates, cfg.MaxMemory = exact, 1<<30
-				}
-				cfg.Workers = w
-				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-				c, err := newChecker(cfg)
-				require.NoError(t, err)
-				ended := make(chan error, 1)
-				go func() { ended <- c.explore(ctx) }()
-				select {
-				case err = <-ended:
-				case <-time.After(time.Minute + 10*time.Second):
+		for _, safetyOnly := range []bool{true, false} {
+			cfg.SafetyOnly, cfg.MaxStates, cfg.MaxMemory = safetyOnly, -1, -1
+			want := checkWithin(t, cfg, time.Minute)
+			require.True(t, want.Complete)
+			exact := want.States
+			for _, w := range []int{2, 3, 4} {
+				for i := range 3 {
+					// No limits, then limits the search does not pass (the
+					// state limit exactly at the states there are): the
+					// depth-first search must not stop at them and be made
+					// again breadth first.
+					cfg.MaxStates, cfg.MaxMemory = -1, -1
+					if i > 0 {
+						cfg.MaxStates, cfg.MaxMemory = exact, 1<<30
+					}
+					cfg.Workers = w
+					ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+					c, err := newChecker(cfg)
+					require.NoError(t, err)
+					ended := make(chan error, 1)
+					go func() { ended <- c.explore(ctx) }()
+					select {
+					case err = <-ended:
+					case <-time.After(time.Minute + 10*time.Second):
+						cancel()
+						t.Fatalf("%v with %d workers: the search ignored its context and did not end", cfg.Algorithm, w)
+					}
 					cancel()
-					t.Fatalf("%v with %d workers: the search ignored its context and did not end", cfg.Algorithm, w)
+					require.NoError(t, err, "%v with %d workers: the search did not end within a minute", cfg.Algorithm, w)
+					assert.Equal(t, want.States, c.res.States, "%v with %d workers", cfg.Algorithm, w)
+					assert.Equal(t, want.Transitions, c.res.Transitions, "%v with %d workers", cfg.Algorithm, w)
+					assert.False(t, c.cc.breadthFirst, "%v with %d workers: the search was made again breadth first", cfg.Algorithm, w)
+					handovers += c.handovers
+					c.release()
 				}
-				cancel()
-				require.NoError(t, err, "%v with %d workers: the search did not end within a minute", cfg.Algorithm, w)
-				assert.Equal(t, want.States, c.res.States, "%v with %d workers", cfg.Algorithm, w)
-				assert.Equal(t, want.Transitions, c.res.Transitions, "%v with %d workers", cfg.Algorithm, w)
-				assert.False(t, c.cc.breadthFirst, "%v with %d workers: the search was made again breadth first", cfg.Algorithm, w)
-				handovers += c.handovers
 			}
 		}
 	}
@@ -498,7 +501,16 @@ func TestParallelInterrupted(t *testing.T) {
 // also reports the bytes a state the table of hashes holds, with 128-bit
 // and 64-bit fingerprints, at the size Ricart-Agrawala's search ends
 // with.
-func BenchmarkCheckParallel(b *testing.B) {
+func BenchmarkCheckParallel(b *testing.B) { benchmarkParallel(b, true) }
+
+// BenchmarkCheckParallelGraph is BenchmarkCheckParallel with the graph
+// that liveness needs: the parallel depth-first search of pargraph.go,
+// and liveness's passes over the peers at once, against the search on
+// one goroutine; states a second count the whole of Check, liveness
+// included.
+func BenchmarkCheckParallelGraph(b *testing.B) { benchmarkParallel(b, false) }
+
+func benchmarkParallel(b *testing.B, safetyOnly bool) {
 	corpus := []CheckConfig{
 		{Algorithm: Lamport, N: 3, Requests: 1},
 		{Algorithm: RicartAgrawala, N: 4, Requests: 1},
@@ -512,7 +524,7 @@ func BenchmarkCheckParallel(b *testing.B) {
 		for _, workers := range []int{0, 1, 2} {
 			r := runs[workers]
 			for _, cfg := range corpus {
-				cfg.SafetyOnly, cfg.Workers, cfg.MaxStates, cfg.MaxMemory = true, workers, -1, -1
+				cfg.SafetyOnly, cfg.Workers, cfg.MaxStates, cfg.MaxMemory = safetyOnly, workers, -1, -1
 				cpu0 := cpuTime()
 				start := time.Now()
 				res, err := Check(context.Background(), cfg)
@@ -532,6 +544,9 @@ func BenchmarkCheckParallel(b *testing.B) {
 	}
 	b.ReportMetric(rate(runs[2])/rate(runs[1]), "w2/w1")
 	b.ReportMetric(rate(runs[2])/rate(runs[0]), "w2/w0")
+	if !safetyOnly {
+		return
+	}
 	for _, bits := range []int{128, 64} {
 		c, err := newChecker(CheckConfig{Algorithm: RicartAgrawala, N: 4, SafetyOnly: true, Fingerprint: bits, MaxStates: -1, MaxMemory: -1})
 		require.NoError(b, err)

@@ -22,6 +22,11 @@ type visited struct {
 	// spill, if not nil, holds the fingerprints the table held when it
 	// was full at spill.maxSlots slots (spill.go); the table has no ids.
 	spill *spill
+	// parts, if not nil, are the tables of a sharedVisited, each holding
+	// the fingerprints whose top six bits are its index, and this table
+	// holds none itself: the table of the parallel search with the graph,
+	// in which states are only looked up and renumbered (pargraph.go).
+	parts []*visited
 }
 
 // A fingerprint is a hash of a state's encoding: 128 bits, or 64 in its
@@ -100,6 +105,9 @@ func (v *visited) stored(fp fingerprint) fingerprint {
 
 // get returns fp's id (0 without ids) and whether fp is in the set.
 func (v *visited) get(fp fingerprint) (int32, bool) {
+	if v.parts != nil {
+		return v.parts[fp[0]>>58].get(fp)
+	}
 	i, ok := v.slot(fp)
 	if !ok && v.spill != nil {
 		return 0, v.spill.has(v.stored(fp))
@@ -182,6 +190,9 @@ func (v *visited) len() int {
 // bytes returns the memory the set holds.
 func (v *visited) bytes() int64 {
 	b := int64(len(v.keys))*16 + int64(len(v.keys64))*8 + int64(len(v.ids))*4
+	for _, p := range v.parts {
+		b += p.bytes()
+	}
 	if v.spill != nil {
 		b += v.spill.bytes()
 	}
@@ -193,7 +204,7 @@ func (v *visited) bytes() int64 {
 // additions may set it off, else 0: so a search that counts it stops at
 // its memory limit before a doubling that would pass it, not after.
 func (v *visited) growBytes(margin int) int64 {
-	if !v.full() && uint64(v.n+margin)*4 > (v.mask+1)*3 {
+	if v.parts == nil && !v.full() && uint64(v.n+margin)*4 > (v.mask+1)*3 {
 		return 2 * v.bytes()
 	}
 	return 0
@@ -250,6 +261,9 @@ func (v *visited) release() {
 	if v.spill != nil {
 		v.spill.close()
 	}
+	for _, p := range v.parts {
+		p.release()
+	}
 	unmapArray(v.keys)
 	unmapArray(v.keys64)
 	unmapArray(v.ids)
@@ -277,6 +291,9 @@ func collisionChance(s, bits int) float64 {
 
 // renumber replaces each id in the table by perm[id].
 func (v *visited) renumber(perm []int32) {
+	for _, p := range v.parts {
+		p.renumber(perm)
+	}
 	if v.ids == nil {
 		return
 	}
@@ -301,13 +318,58 @@ type sharedVisited struct {
 	bytes atomic.Int64
 }
 
-func newSharedVisited(bits int) *sharedVisited {
+// newSharedVisited returns an empty set of fingerprints of the given
+// bits, with each one's state number if withIDs.
+func newSharedVisited(bits int, withIDs bool) *sharedVisited {
 	s := new(sharedVisited)
 	for i := range s.shards {
-		s.shards[i].v = newVisitedSize(false, bits, 1<<10)
+		s.shards[i].v = newVisitedSize(withIDs, bits, 1<<10)
 		s.bytes.Add(s.shards[i].v.bytes())
 	}
 	return s
+}
+
+// addID puts fp into a set with ids unless it is there already, with
+// the number next.Add(1)-1 taken under the shard's lock, and returns
+// fp's number and whether it was there. A goroutine that finds fp
+// finds its number with it: both are written under that lock.
+func (s *sharedVisited) addID(fp fingerprint, next *atomic.Int64) (int32, bool) {
+	sh := &s.shards[fp[0]>>58]
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if id, seen := sh.v.get(fp); seen {
+		return id, true
+	}
+	before := sh.v.bytes()
+	id := int32(next.Add(1) - 1)
+	sh.v.add(fp, id)
+	if after := sh.v.bytes(); after != before {
+		s.bytes.Add(after - before)
+	}
+	return id, false
+}
+
+// table returns the set as one visited table for lookups (get,
+// renumber, len, bytes, release): a table made of the shards, each
+// fingerprint in the same shard as here. Nobody may use the set
+// afterwards.
+func (s *sharedVisited) table() *visited {
+	v := &visited{parts: make([]*visited, len(s.shards))}
+	for i := range s.shards {
+		v.parts[i] = s.shards[i].v
+		v.n += v.parts[i].n
+	}
+	return v
+}
+
+// release returns the shards' mapped tables to the system; the set is
+// unusable afterwards.
+func (s *sharedVisited) release() {
+	for i := range s.shards {
+		if s.shards[i].v.keys != nil || s.shards[i].v.keys64 != nil {
+			s.shards[i].v.release()
+		}
+	}
 }
 
 // add puts fp into the set and reports whether it was there already.

@@ -1,0 +1,124 @@
+package dmutex
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// TestParallelGraphMadeAgain: where the parallel search with the graph
+// would stop, or cannot keep its graph, it is made again breadth first
+// (pargraph.go), and gives what the breadth-first search on one goroutine
+// gives: at a state limit, at a memory limit, at a step that lets two
+// peers in, at a promise for a cluster at rest broken, past the kinds of
+// edge a byte names, and past the edges its graph holds. A search that
+// passes none of these is not made again (and TestDepthFirstGraphAgrees
+// compares its graph).
+func TestParallelGraphMadeAgain(t *testing.T) {
+	defer func(k int, e int64) { maxEdgeKinds, maxGraphEdges = k, e }(maxEdgeKinds, maxGraphEdges)
+	leaky := func(id, n int) machine {
+		m, _ := newMaekawa(id, n, &config{})
+		return &mkLeaky{m.(*maekawa)}
+	}
+	small := CheckConfig{Algorithm: RicartAgrawala, N: 3, Requests: 1}
+	for _, tt := range []struct {
+		name  string
+		cfg   CheckConfig
+		kinds int
+		// With edges, the graph holds as many edges as the search
+		// takes, less short.
+		edges bool
+		short int64
+		again bool
+	}{
+		{"complete", small, 0, false, 0, false},
+		{"state limit", CheckConfig{Algorithm: RicartAgrawala, N: 4, MaxStates: 5000}, 0, false, 0, true},
+		{"memory limit", CheckConfig{Algorithm: RicartAgrawala, N: 3, Requests: 2, MaxStates: -1, MaxMemory: 3 << 20}, 0, false, 0, true},
+		{"a step lets two in", CheckConfig{Variant: "ricart-agrawala-tie-reply"}, 0, false, 0, true},
+		{"a promise at rest", CheckConfig{Algorithm: Maekawa, N: 3, RequestsPerPeer: []int{1, 0, 0}, build: leaky}, 0, false, 0, true},
+		{"kinds of edge", small, 3, false, 0, true},
+		{"one edge short", small, 0, true, 1, true},
+		{"edges enough", small, 0, true, 0, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			ref := tt.cfg
+			ref.breadthFirst = true
+			want := mustCheck(t, ref)
+			maxEdgeKinds, maxGraphEdges = 256, int64(1)<<31-1
+			if tt.kinds > 0 {
+				maxEdgeKinds = tt.kinds
+			}
+			if tt.edges {
+				maxGraphEdges = int64(want.Transitions) - tt.short
+			}
+			cfg := tt.cfg
+			cfg.Workers = 2
+			c, err := newChecker(cfg)
+			require.NoError(t, err)
+			require.True(t, c.deep, "the search with two workers starts depth first")
+			require.NoError(t, c.explore(context.Background()))
+			c.liveness()
+			got := c.result()
+			c.release()
+			assert.Equal(t, tt.again, c.cc.breadthFirst, "made again breadth first")
+			assert.Equal(t, strip(want), strip(got))
+		})
+	}
+}
+
+// TestParallelGraphInterrupted: a context that ends stops the parallel
+// search with the graph at once, with the counts it has, nothing decided
+// and no goroutine left behind (goleak in TestMain).
+func TestParallelGraphInterrupted(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	res, err := Check(ctx, CheckConfig{Algorithm: RicartAgrawala, N: 5, Workers: 2, MaxStates: -1, MaxMemory: -1})
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	assert.Equal(t, StoppedByContext, res.Stopped)
+	assert.Greater(t, res.States, 1)
+	assert.Positive(t, res.Transitions)
+	assert.Equal(t, Undecided, res.Safe)
+	assert.Equal(t, Undecided, res.DeadlockFree)
+	assert.Equal(t, Undecided, res.StarvationFree)
+	assert.False(t, res.Liveness)
+	assert.Equal(t, -1, res.MaxOvertakes)
+}
+
+// TestParallelLiveness: liveness's passes over the peers at once, one a
+// worker, read their answers in the order of the peers: when two peers
+// starve, the first one's lasso is reported, as on one goroutine.
+func TestParallelLiveness(t *testing.T) {
+	cfg := CheckConfig{Algorithm: Centralized, N: 4, RequestsPerPeer: []int{0, 0, 1, 1}, build: func(id, _ int) machine { return &twoStarve{id: id} }}
+	want := mustCheck(t, cfg)
+	require.NotNil(t, want.Violation)
+	require.Equal(t, "starvation: a fair run in which P2 waits for ever", want.Violation.Message)
+	for _, workers := range []int{2, 3, 4} {
+		cfg.Workers = workers
+		assert.Equal(t, strip(want), strip(mustCheck(t, cfg)), "%d workers", workers)
+	}
+	// P2 starves, and so does P3: without P2, P3 is reported.
+	cfg.RequestsPerPeer = []int{0, 0, 0, 1}
+	res := mustCheck(t, cfg)
+	require.NotNil(t, res.Violation)
+	assert.Equal(t, "starvation: a fair run in which P3 waits for ever", res.Violation.Message)
+}
+
+// twoStarve ignores every request: a request to P0 sets P0 and P1
+// pinging each other for ever, so each requester waits in a fair cycle.
+type twoStarve struct{ id int }
+
+func (m *twoStarve) step(ev event, out *output) {
+	switch {
+	case ev.kind == evRequest:
+		out.send(Message{Kind: KindRequest, From: m.id, To: 0})
+	case ev.kind == evMessage && ev.msg.Kind == KindRequest:
+		out.send(Message{Kind: KindInquire, From: 0, To: 1})
+	case ev.kind == evMessage && ev.msg.Kind == KindInquire:
+		out.send(Message{Kind: KindInquire, From: m.id, To: ev.msg.From})
+	}
+}
+func (m *twoStarve) clone() machine              { c := *m; return &c }
+func (m *twoStarve) appendState(b []byte) []byte { return b }
