@@ -24,6 +24,8 @@ import (
 
 var maxStates = flag.Int("dmutex.maxstates", 0, "stop each exhaustive check after this many states (0: the default limit)")
 
+var checkWorkers = flag.Int("dmutex.workers", 0, "search the big cases with this many goroutines (CheckConfig.Workers): the same states, verdicts and bounds, sooner on more cores")
+
 var bigCases = flag.String("dmutex.bigcases", "", "also model-check the big cases whose names (as TestModelCheck's subtests) match this regular expression, and let TestDocTables -update recompute their cells: one big cell without all the others")
 
 // bigCase reports whether the big case cc is to run: with -dmutex.big,
@@ -270,7 +272,17 @@ func modelCheckConfig(cc checkCase) CheckConfig {
 		Algorithm: cc.v.alg, Options: cc.v.opts, N: cc.n, Requests: cc.requests,
 		Network: cc.net, MaxStates: limit, MaxMemory: bigMemory(cc),
 		SafetyOnly: (cc.big && !cc.live) || (raceEnabled && cc.v.alg == Lamport && cc.n == 3),
+		Workers:    bigWorkers(cc),
 	}
+}
+
+// bigWorkers is the number of goroutines that search cc:
+// -dmutex.workers for the big cases, else 0.
+func bigWorkers(cc checkCase) int {
+	if cc.big {
+		return *checkWorkers
+	}
+	return 0
 }
 
 // bigMemory is the memory limit of cc's search: none, but 6 GiB as the

@@ -14,7 +14,8 @@ import (
 // (pargraph.go), and gives what the breadth-first search on one goroutine
 // gives: at a state limit, at a memory limit, at a step that lets two
 // peers in, at a promise for a cluster at rest broken, past the kinds of
-// edge a byte names, and past the edges its graph holds. A search that
+// edge a byte names, past the edges its graph holds, and when the system
+// will not map its arrays. A search that
 // passes none of these is not made again (and TestDepthFirstGraphAgrees
 // compares its graph).
 func TestParallelGraphMadeAgain(t *testing.T) {
@@ -24,6 +25,10 @@ func TestParallelGraphMadeAgain(t *testing.T) {
 		return &mkLeaky{m.(*maekawa)}
 	}
 	small := CheckConfig{Algorithm: RicartAgrawala, N: 3, Requests: 1}
+	want := func(cfg CheckConfig) CheckResult {
+		cfg.breadthFirst = true
+		return mustCheck(t, cfg)
+	}
 	for _, tt := range []struct {
 		name  string
 		cfg   CheckConfig
@@ -42,11 +47,12 @@ func TestParallelGraphMadeAgain(t *testing.T) {
 		{"kinds of edge", small, 3, false, 0, true},
 		{"one edge short", small, 0, true, 1, true},
 		{"edges enough", small, 0, true, 0, false},
+		// Arrays for 2^60 edges, past any address space: the system
+		// refuses to map them.
+		{"arrays refused", small, 0, true, int64(want(small).Transitions) - 1<<60, true},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			ref := tt.cfg
-			ref.breadthFirst = true
-			want := mustCheck(t, ref)
+			want := want(tt.cfg)
 			maxEdgeKinds, maxGraphEdges = 256, int64(1)<<31-1
 			if tt.kinds > 0 {
 				maxEdgeKinds = tt.kinds
@@ -122,3 +128,38 @@ func (m *twoStarve) step(ev event, out *output) {
 }
 func (m *twoStarve) clone() machine              { c := *m; return &c }
 func (m *twoStarve) appendState(b []byte) []byte { return b }
+
+// TestParallelGraphUnmaps: every array the parallel search with the graph
+// maps is returned to the system by the time Check returns, whether the
+// search completed, was made again, ended with its context, or had some of
+// its arrays refused.
+func TestParallelGraphUnmaps(t *testing.T) {
+	defer func(e int64) { maxGraphEdges = e }(maxGraphEdges)
+	regions := func() int {
+		mapped.Lock()
+		defer mapped.Unlock()
+		return len(mapped.regions)
+	}
+	cancelled, cancel := context.WithCancel(context.Background())
+	cancel()
+	for _, tt := range []struct {
+		name  string
+		ctx   context.Context
+		cfg   CheckConfig
+		edges int64
+	}{
+		{"complete", context.Background(), CheckConfig{Algorithm: RicartAgrawala, N: 3}, 0},
+		{"made again", context.Background(), CheckConfig{Algorithm: RicartAgrawala, N: 3, MaxStates: 500}, 0},
+		{"context", cancelled, CheckConfig{Algorithm: RicartAgrawala, N: 3}, 0},
+		{"refused", context.Background(), CheckConfig{Algorithm: RicartAgrawala, N: 3}, 1 << 60},
+	} {
+		maxGraphEdges = int64(1)<<31 - 1
+		if tt.edges > 0 {
+			maxGraphEdges = tt.edges
+		}
+		before := regions()
+		tt.cfg.Workers = 2
+		_, _ = Check(tt.ctx, tt.cfg)
+		assert.Equal(t, before, regions(), "%s: mappings left", tt.name)
+	}
+}
