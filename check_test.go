@@ -140,14 +140,16 @@ func checkCases() []checkCase {
 					// paths of three hops.
 					cs = append(cs, checkCase{v: v, n: 4, requests: 1, net: net})
 				}
-				if net == NetworkFIFO && (a == TokenRing || a == RoucairolCarvalho || a == RicartAgrawalaToken || a == SinghalDynamic || a == SuzukiKasami || a == AgrawalElAbbadi) {
+				if net == NetworkFIFO && (a == TokenRing || a == RoucairolCarvalho || a == RicartAgrawalaToken || a == SinghalDynamic || a == SuzukiKasami || a == AgrawalElAbbadi || a == SinghalHeuristic) {
 					// Bounded waiting at n = 4 with two requests per
 					// peer, with the graph found depth first: 4.7M
 					// states (the token ring), 6.5M (Roucairol-Carvalho,
 					// Singhal dynamic) and 12.2M (Ricart-Agrawala
 					// token), a minute or two each and up to 3.2 GB;
-					// 29.8M (Suzuki-Kasami) and 44.8M (Agrawal-El
-					// Abbadi), 11 to 14 minutes and up to 4.2 GB.
+					// 20.2M (Singhal's heuristic), 3 minutes and 3 GB
+					// with two workers (-dmutex.workers 2); 29.8M
+					// (Suzuki-Kasami) and 44.8M (Agrawal-El Abbadi), 11
+					// to 14 minutes and up to 4.2 GB on one goroutine.
 					cs = append(cs, checkCase{v: v, n: 4, requests: 2, net: net, big: true, live: true})
 				}
 				if net == NetworkFIFO {

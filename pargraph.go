@@ -68,7 +68,6 @@ type pgraph struct {
 	mu     sync.Mutex // kinds and kindOf
 	kinds  []edgeKind
 	kindOf map[edgeKind]uint8
-	wide   atomic.Bool // more than maxEdgeKinds kinds: made again breadth first
 }
 
 // maxGraphEdges is the most edges the parallel search's graph holds:
@@ -132,8 +131,7 @@ func (p *pdfs) edge(x *pworker, from *World, e int32, t Transition, st StepResul
 		}
 		g.mu.Unlock()
 		if !ok {
-			g.wide.Store(true)
-			p.halt(true)
+			p.halt(true) // more kinds than a byte names
 			return false
 		}
 		x.kindOf[k] = code
@@ -220,7 +218,6 @@ func (c *checker) parallelDepthFirstGraph(w *World) (complete, redo bool, err er
 	// graph to the checker as deepgraph.go's search leaves it.
 	ns, ne := int(p.states.Load()), int(g.edges.Load())
 	c.res.States = ns
-	c.expanded, c.waiting = ns, 0
 	c.fps.release()
 	c.fps = p.set.table()
 	c.to, c.code, c.kinds, c.compact = g.to[:ne], g.code[:ne], g.kinds, true

@@ -29,9 +29,19 @@ func TestParallelGraphMadeAgain(t *testing.T) {
 		cfg.breadthFirst = true
 		return mustCheck(t, cfg)
 	}
+	// The kinds of edge in small's graph, as the search on one goroutine
+	// names them.
+	one, err := newChecker(small)
+	require.NoError(t, err)
+	require.NoError(t, one.explore(context.Background()))
+	kinds := len(one.kinds)
+	one.release()
+	require.Greater(t, kinds, 2)
 	for _, tt := range []struct {
-		name  string
-		cfg   CheckConfig
+		name string
+		cfg  CheckConfig
+		// With kinds, a byte names as many kinds of edge as the graph
+		// has, less kinds-1 (so kinds = 1 names them all).
 		kinds int
 		// With edges, the graph holds as many edges as the search
 		// takes, less short.
@@ -44,7 +54,8 @@ func TestParallelGraphMadeAgain(t *testing.T) {
 		{"memory limit", CheckConfig{Algorithm: RicartAgrawala, N: 3, Requests: 2, MaxStates: -1, MaxMemory: 3 << 20}, 0, false, 0, true},
 		{"a step lets two in", CheckConfig{Variant: "ricart-agrawala-tie-reply"}, 0, false, 0, true},
 		{"a promise at rest", CheckConfig{Algorithm: Maekawa, N: 3, RequestsPerPeer: []int{1, 0, 0}, build: leaky}, 0, false, 0, true},
-		{"kinds of edge", small, 3, false, 0, true},
+		{"one kind short", small, 2, false, 0, true},
+		{"kinds enough", small, 1, false, 0, false},
 		{"one edge short", small, 0, true, 1, true},
 		{"edges enough", small, 0, true, 0, false},
 		// Arrays for 2^60 edges, past any address space: the system
@@ -55,7 +66,7 @@ func TestParallelGraphMadeAgain(t *testing.T) {
 			want := want(tt.cfg)
 			maxEdgeKinds, maxGraphEdges = 256, int64(1)<<31-1
 			if tt.kinds > 0 {
-				maxEdgeKinds = tt.kinds
+				maxEdgeKinds = kinds - (tt.kinds - 1)
 			}
 			if tt.edges {
 				maxGraphEdges = int64(want.Transitions) - tt.short
@@ -130,11 +141,16 @@ func (m *twoStarve) clone() machine              { c := *m; return &c }
 func (m *twoStarve) appendState(b []byte) []byte { return b }
 
 // TestParallelGraphUnmaps: every array the parallel search with the graph
-// maps is returned to the system by the time Check returns, whether the
-// search completed, was made again, ended with its context, or had some of
-// its arrays refused.
+// maps (its graph's, and its shared table's once they grow big), and
+// every one the safety search maps (its table's), is returned to the
+// system by the time Check returns, whether the search
+// completed, was made again, ended with its context, or had some of its
+// arrays refused.
 func TestParallelGraphUnmaps(t *testing.T) {
-	defer func(e int64) { maxGraphEdges = e }(maxGraphEdges)
+	// Small arrays mapped too: the shards of the shared table among them,
+	// once they grow past 256 slots.
+	defer func(e int64, m int) { maxGraphEdges, bigArrayMin = e, m }(maxGraphEdges, bigArrayMin)
+	bigArrayMin = 1 << 8
 	regions := func() int {
 		mapped.Lock()
 		defer mapped.Unlock()
@@ -149,7 +165,7 @@ func TestParallelGraphUnmaps(t *testing.T) {
 		edges int64
 	}{
 		{"complete", context.Background(), CheckConfig{Algorithm: RicartAgrawala, N: 3}, 0},
-		{"made again", context.Background(), CheckConfig{Algorithm: RicartAgrawala, N: 3, MaxStates: 500}, 0},
+		{"made again", context.Background(), CheckConfig{Algorithm: RicartAgrawala, N: 4, MaxStates: 100_000}, 0},
 		{"context", cancelled, CheckConfig{Algorithm: RicartAgrawala, N: 3}, 0},
 		{"refused", context.Background(), CheckConfig{Algorithm: RicartAgrawala, N: 3}, 1 << 60},
 	} {
@@ -157,9 +173,11 @@ func TestParallelGraphUnmaps(t *testing.T) {
 		if tt.edges > 0 {
 			maxGraphEdges = tt.edges
 		}
-		before := regions()
-		tt.cfg.Workers = 2
-		_, _ = Check(tt.ctx, tt.cfg)
-		assert.Equal(t, before, regions(), "%s: mappings left", tt.name)
+		for _, safetyOnly := range []bool{false, true} {
+			before := regions()
+			tt.cfg.Workers, tt.cfg.SafetyOnly = 2, safetyOnly
+			_, _ = Check(tt.ctx, tt.cfg)
+			assert.Equal(t, before, regions(), "%s, safety only %v: mappings left", tt.name, safetyOnly)
+		}
 	}
 }
