@@ -2,6 +2,7 @@ package dmutex
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -58,6 +59,9 @@ func TestParallelGraphMadeAgain(t *testing.T) {
 		{"kinds enough", small, 1, false, 0, false},
 		{"one edge short", small, 0, true, 1, true},
 		{"edges enough", small, 0, true, 0, false},
+		// Two holders at once, which the fenced store keeps apart: the
+		// search goes on past them, and reports the first.
+		{"overlaps", CheckConfig{Variant: "centralized-naive-failover", Fenced: true}, 0, false, 0, false},
 		// Arrays for 2^60 edges, past any address space: the system
 		// refuses to map them.
 		{"arrays refused", small, 0, true, int64(want(small).Transitions) - 1<<60, true},
@@ -106,33 +110,39 @@ func TestParallelGraphInterrupted(t *testing.T) {
 
 // TestParallelLiveness: liveness's passes over the peers at once, one a
 // worker, read their answers in the order of the peers: when two peers
-// starve, the first one's lasso is reported, as on one goroutine.
+// starve, the first one's lasso is reported, as on one goroutine, P0's
+// included.
 func TestParallelLiveness(t *testing.T) {
-	cfg := CheckConfig{Algorithm: Centralized, N: 4, RequestsPerPeer: []int{0, 0, 1, 1}, build: func(id, _ int) machine { return &twoStarve{id: id} }}
-	want := mustCheck(t, cfg)
-	require.NotNil(t, want.Violation)
-	require.Equal(t, "starvation: a fair run in which P2 waits for ever", want.Violation.Message)
-	for _, workers := range []int{2, 3, 4} {
-		cfg.Workers = workers
-		assert.Equal(t, strip(want), strip(mustCheck(t, cfg)), "%d workers", workers)
+	build := func(id, _ int) machine { return &twoStarve{id: id} }
+	for _, tt := range []struct {
+		reqs []int
+		p    int
+	}{
+		{[]int{1, 1, 0, 0}, 0},
+		{[]int{0, 1, 1, 0}, 1},
+		{[]int{0, 0, 1, 0}, 2},
+	} {
+		cfg := CheckConfig{Algorithm: Centralized, N: 4, RequestsPerPeer: tt.reqs, build: build}
+		want := mustCheck(t, cfg)
+		require.NotNil(t, want.Violation)
+		require.Equal(t, fmt.Sprintf("starvation: a fair run in which P%d waits for ever", tt.p), want.Violation.Message)
+		for _, workers := range []int{1, 2, 3, 4} {
+			cfg.Workers = workers
+			assert.Equal(t, strip(want), strip(mustCheck(t, cfg)), "%v, %d workers", tt.reqs, workers)
+		}
 	}
-	// P2 starves, and so does P3: without P2, P3 is reported.
-	cfg.RequestsPerPeer = []int{0, 0, 0, 1}
-	res := mustCheck(t, cfg)
-	require.NotNil(t, res.Violation)
-	assert.Equal(t, "starvation: a fair run in which P3 waits for ever", res.Violation.Message)
 }
 
-// twoStarve ignores every request: a request to P0 sets P0 and P1
+// twoStarve ignores every request: a request to P3 sets P3 and P2
 // pinging each other for ever, so each requester waits in a fair cycle.
 type twoStarve struct{ id int }
 
 func (m *twoStarve) step(ev event, out *output) {
 	switch {
 	case ev.kind == evRequest:
-		out.send(Message{Kind: KindRequest, From: m.id, To: 0})
+		out.send(Message{Kind: KindRequest, From: m.id, To: 3})
 	case ev.kind == evMessage && ev.msg.Kind == KindRequest:
-		out.send(Message{Kind: KindInquire, From: 0, To: 1})
+		out.send(Message{Kind: KindInquire, From: 3, To: 2})
 	case ev.kind == evMessage && ev.msg.Kind == KindInquire:
 		out.send(Message{Kind: KindInquire, From: m.id, To: ev.msg.From})
 	}
@@ -165,7 +175,8 @@ func TestParallelGraphUnmaps(t *testing.T) {
 		edges int64
 	}{
 		{"complete", context.Background(), CheckConfig{Algorithm: RicartAgrawala, N: 3}, 0},
-		{"made again", context.Background(), CheckConfig{Algorithm: RicartAgrawala, N: 4, MaxStates: 100_000}, 0},
+		{"made again", context.Background(), CheckConfig{Algorithm: RicartAgrawala, N: 4, MaxStates: 60_000}, 0},
+		{"made again, 64-bit", context.Background(), CheckConfig{Algorithm: RicartAgrawala, N: 4, MaxStates: 60_000, Fingerprint: 64}, 0},
 		{"context", cancelled, CheckConfig{Algorithm: RicartAgrawala, N: 3}, 0},
 		{"refused", context.Background(), CheckConfig{Algorithm: RicartAgrawala, N: 3}, 1 << 60},
 	} {

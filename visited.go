@@ -204,7 +204,7 @@ func (v *visited) bytes() int64 {
 // additions may set it off, else 0: so a search that counts it stops at
 // its memory limit before a doubling that would pass it, not after.
 func (v *visited) growBytes(margin int) int64 {
-	if v.parts == nil && !v.full() && uint64(v.n+margin)*4 > (v.mask+1)*3 {
+	if !v.full() && uint64(v.n+margin)*4 > (v.mask+1)*3 {
 		return 2 * v.bytes()
 	}
 	return 0
@@ -366,9 +366,7 @@ func (s *sharedVisited) table() *visited {
 // unusable afterwards.
 func (s *sharedVisited) release() {
 	for i := range s.shards {
-		if s.shards[i].v.keys != nil || s.shards[i].v.keys64 != nil {
-			s.shards[i].v.release()
-		}
+		s.shards[i].v.release()
 	}
 }
 

@@ -3,6 +3,7 @@ package dmutex
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -206,4 +207,52 @@ func TestFingerprintBits(t *testing.T) {
 	_, err := Check(context.Background(), CheckConfig{Algorithm: Lamport, Fingerprint: 32})
 	require.ErrorIs(t, err, ErrInvalidConfig)
 	assert.ErrorContains(t, err, "32-bit fingerprints")
+}
+
+// TestSharedVisitedIDs: a shared table with ids numbers each fingerprint
+// once, in the order the counter gives, answers a fingerprint already in
+// it with its number, counts the bytes its shards hold as they grow, and
+// read as one table (table) finds every fingerprint's number, counts
+// them, and renumbers them.
+func TestSharedVisitedIDs(t *testing.T) {
+	for _, bits := range []int{128, 64} {
+		s := newSharedVisited(bits, true)
+		var next atomic.Int64
+		const n = 100_000 // past 768 a shard: every shard grows
+		fp := func(i int) fingerprint {
+			return fingerprint{uint64(i)*0x9e3779b97f4a7c15 + 1, uint64(i) + 7}
+		}
+		for i := range n {
+			id, seen := s.addID(fp(i), &next)
+			require.False(t, seen, "%d bits: %d", bits, i)
+			require.Equal(t, int32(i), id, "%d bits", bits)
+		}
+		for _, i := range []int{0, 1, n / 2, n - 1} {
+			id, seen := s.addID(fp(i), &next)
+			assert.True(t, seen, "%d bits: %d again", bits, i)
+			assert.Equal(t, int32(i), id, "%d bits: %d again", bits, i)
+		}
+		assert.Equal(t, int64(n), next.Load(), "%d bits: a number taken for a known fingerprint", bits)
+		var held int64
+		for i := range s.shards {
+			held += s.shards[i].v.bytes()
+		}
+		assert.Equal(t, held, s.bytes.Load(), "%d bits: the bytes counted", bits)
+		v := s.table()
+		assert.Equal(t, n, v.len(), "%d bits", bits)
+		assert.Equal(t, held, v.bytes(), "%d bits", bits)
+		perm := make([]int32, n)
+		for i := range perm {
+			perm[i] = int32(n - 1 - i)
+		}
+		v.renumber(perm)
+		for _, i := range []int{0, 1, n / 2, n - 1} {
+			id, ok := v.get(fp(i))
+			assert.True(t, ok, "%d bits: %d", bits, i)
+			assert.Equal(t, int32(n-1-i), id, "%d bits: %d renumbered", bits, i)
+		}
+		_, ok := v.get(fp(n))
+		assert.False(t, ok, "%d bits: a fingerprint never added", bits)
+		v.release()
+	}
 }
