@@ -25,6 +25,17 @@ func (c *checker) memory(worlds int) int64 {
 	return c.memBytes
 }
 
+// afterSearch is the most that renumber and liveness add, after a
+// depth-first search with the graph of s states whose edge targets and
+// states' info hold to and info bytes, with liveness's scratch for each
+// of passes peers at once: renumber's three numbers a state (the new
+// numbers, their order, the parents) and a copy of its biggest array
+// beside the original, or liveness's per-state scratch (20 bytes a pass)
+// beside the parents renumber kept.
+func afterSearch(s, to, info int64, passes int) int64 {
+	return max(s*12+max(to, info), s*(20*int64(passes)+4))
+}
+
 // memoryKey is what memory's sum depends on, beside the state's own
 // size: the states, the worlds waiting, the edges, the parents (the
 // breadth-first searches') and the classes.
@@ -47,7 +58,7 @@ func (c *checker) countMemory(worlds int) int64 {
 		// its per-state scratch (13 bytes, 4 a component, and its
 		// stacks), 20 bytes, beside the parents renumber kept. renumber
 		// returns all but the parents before liveness starts.
-		b += max(s*12+max(arrayBytes(c.to), arrayBytes(c.info)), s*(20+4))
+		b += afterSearch(s, arrayBytes(c.to), arrayBytes(c.info), 1)
 		b += int64(cap(c.deadlocks))*4 + int64(cap(c.overlaps))*8
 	case c.graph:
 		b += s * 16 // what liveness will add: its per-state scratch

@@ -270,19 +270,26 @@ type edgeKind struct {
 // were recorded, so nothing read from the graph changes.
 func (c *checker) setEdge(e int32, k edgeKind) {
 	if c.compact {
-		code, ok := c.kindOf[k]
-		if !ok && len(c.kinds) < maxEdgeKinds {
-			code, ok = uint8(len(c.kinds)), true
-			c.kindOf[k] = code
-			c.kinds = append(c.kinds, k)
-		}
-		if ok {
+		if code, ok := nameKind(c.kindOf, &c.kinds, k); ok {
 			c.code[e] = code
 			return
 		}
 		c.widen()
 	}
 	c.cls[e], c.ent[e] = k.cls, k.ent
+}
+
+// nameKind returns k's name in kindOf, naming it next in kinds if it
+// has none and fewer than maxEdgeKinds kinds are named; false when it
+// has none and no byte is left.
+func nameKind(kindOf map[edgeKind]uint8, kinds *[]edgeKind, k edgeKind) (uint8, bool) {
+	code, ok := kindOf[k]
+	if !ok && len(*kinds) < maxEdgeKinds {
+		code, ok = uint8(len(*kinds)), true
+		kindOf[k] = code
+		*kinds = append(*kinds, k)
+	}
+	return code, ok
 }
 
 // widen turns the edges' bytes into cls and ent, for a graph with more

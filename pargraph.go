@@ -111,7 +111,7 @@ func (g *pgraph) release() {
 func (g *pgraph) memory(s int64, passes int) int64 {
 	e := g.edges.Load()
 	b := s*(8+int64(unsafe.Sizeof(stateInfo{}))) + e*5
-	return b + max(s*12+max(e*4, s*12), s*(20*int64(passes)+4))
+	return b + afterSearch(s, e*4, s*int64(unsafe.Sizeof(stateInfo{})), passes)
 }
 
 // edge records edge e, transition t from the world from with step st,
@@ -123,12 +123,7 @@ func (p *pdfs) edge(x *pworker, from *World, e int32, t Transition, st StepResul
 	if !ok {
 		g := p.g
 		g.mu.Lock()
-		code, ok = g.kindOf[k]
-		if !ok && len(g.kinds) < maxEdgeKinds {
-			code, ok = uint8(len(g.kinds)), true
-			g.kindOf[k] = code
-			g.kinds = append(g.kinds, k)
-		}
+		code, ok = nameKind(g.kindOf, &g.kinds, k)
 		g.mu.Unlock()
 		if !ok {
 			p.halt(true) // more kinds than a byte names
