@@ -295,6 +295,20 @@ type CheckConfig struct {
 	// without end.
 	StampGaps bool
 
+	// OnTheFly decides StarvationFree and MaxOvertakes during a
+	// depth-first search on one goroutine, by Tarjan's algorithm over the
+	// states as they are found, instead of over the stored graph: it keeps
+	// per state its slot in the table of hashes, a bit and a byte a peer,
+	// and the edges of states whose strongly connected component is not
+	// yet complete, instead of the graph's 60 to 100 bytes a state (see
+	// onthefly.go for the algorithm and why its verdicts and bounds are
+	// the graph's). It builds no counterexample: at a deadlock, a safety
+	// violation, two peers inside with Fenced, or a fair cycle, it hands
+	// over to the search with the graph, from the start, whose result
+	// Check then returns (CheckResult.OnTheFly false), and whose memory
+	// limit may stop it sooner. It excludes SafetyOnly and Workers.
+	OnTheFly bool
+
 	// StopAtDeadlock ends the search at the first deadlock, as it always
 	// ends at the first safety violation; the result is then incomplete.
 	StopAtDeadlock bool
@@ -454,6 +468,10 @@ type CheckResult struct {
 	// StampGaps says that states differing only in wide gaps between
 	// stamps were merged (CheckConfig's StampGaps).
 	StampGaps bool `json:"stampGaps,omitempty"`
+	// OnTheFly says that liveness was decided on the fly, without the
+	// graph (CheckConfig.OnTheFly); false when that search handed over
+	// to the search with the graph, whose result this is.
+	OnTheFly bool `json:"onTheFly,omitempty"`
 	// Spilled is the states whose fingerprints were in the file of
 	// CheckConfig.SpillDir at the end of the search, and SpillMerges how
 	// often the table was merged into it.
@@ -638,6 +656,7 @@ func (c *checker) result() CheckResult {
 		Fenced:          c.cc.Fenced,
 		PartialOrder:    c.cc.PartialOrder,
 		StampGaps:       c.cc.StampGaps,
+		OnTheFly:        c.fly != nil,
 		States:          r.States,
 		Transitions:     r.Transitions,
 		FingerprintBits: c.cc.Fingerprint,
@@ -740,8 +759,11 @@ type checker struct {
 	// records every deadlocked state and, with Fenced, every step that
 	// let two peers in (a bit per edge), and then renumbers the states
 	// breadth first and keeps only the first of each.
-	deep         bool
-	deadlocks    []int32
+	deep      bool
+	deadlocks []int32
+	// fly: liveness is decided on the fly, without the graph
+	// (onthefly.go); graph is then false.
+	fly          *flySearch
 	overlaps     []uint64
 	firstOverlap int32
 
@@ -889,6 +911,14 @@ func newChecker(cc CheckConfig) (*checker, error) {
 	if cc.Workers < 0 {
 		return nil, fmt.Errorf("%w: %d workers, want 0 or more", ErrInvalidConfig, cc.Workers)
 	}
+	if cc.OnTheFly {
+		switch {
+		case cc.SafetyOnly:
+			return nil, fmt.Errorf("%w: OnTheFly with SafetyOnly: OnTheFly decides liveness, which SafetyOnly skips", ErrInvalidConfig)
+		case cc.Workers > 0:
+			return nil, fmt.Errorf("%w: OnTheFly with %d workers: Tarjan's algorithm on the fly needs one depth-first path", ErrInvalidConfig, cc.Workers)
+		}
+	}
 	if cc.PartialOrder {
 		switch {
 		case cc.Workers > 0:
@@ -956,6 +986,9 @@ func newChecker(cc CheckConfig) (*checker, error) {
 	c.res.MaxOvertakes = -1
 	// The graph is searched depth first, on one goroutine or (over FIFO
 	// queues) with workers: see deepgraph.go and pargraph.go.
+	if cc.OnTheFly && c.graph {
+		c.fly, c.graph = newFlySearch(cc.N), false
+	}
 	c.deep = c.graph && !cc.StopAtDeadlock && !cc.breadthFirst && (cc.Workers == 0 || cc.Network == NetworkFIFO)
 	if c.deep && cc.Fenced {
 		c.overlaps = []uint64{}
@@ -1118,13 +1151,19 @@ func (c *checker) explore(ctx context.Context) error {
 		c.fps = newVisitedSize(false, c.cc.Fingerprint, min(slots, 1<<16))
 		c.fps.spill = newSpill(c.cc.SpillDir, c.cc.Fingerprint, slots)
 	} else {
-		c.fps = newVisited(c.graph || c.cc.Workers > 0, c.cc.Fingerprint)
+		c.fps = newVisited(c.graph || c.fly != nil || c.cc.Workers > 0, c.cc.Fingerprint)
 	}
 	c.fps.add(c.fingerprint(w), 0)
 	c.res.States = 1
 	c.lastReport = c.start
 	var complete bool
 	switch {
+	case c.fly != nil:
+		var over bool
+		complete, over, err = c.onTheFly(w)
+		if over {
+			return c.handOver(ctx) // onthefly.go
+		}
 	case c.cc.Workers > 0 && !c.graph && !c.cc.breadthFirst:
 		var redo bool
 		complete, redo, err = c.parallelDepthFirst(w)
@@ -1167,6 +1206,9 @@ func (c *checker) explore(ctx context.Context) error {
 		c.off = append(c.off, int32(len(c.to)))
 	}
 	c.finish(complete)
+	if c.fly != nil && complete {
+		c.flyResult()
+	}
 	switch {
 	case c.firstDeadlock >= 0:
 		c.res.Violation = c.violation("deadlock", c.pathTo(c.firstDeadlock), -1, Transition{}, "")
@@ -1185,6 +1227,12 @@ func (c *checker) explore(ctx context.Context) error {
 func (c *checker) again(ctx context.Context) error {
 	cc := c.given
 	cc.breadthFirst = true
+	return c.restart(ctx, cc)
+}
+
+// restart runs the search from the start under cc, as a new checker
+// whose result replaces c's, keeping c's start time.
+func (c *checker) restart(ctx context.Context, cc CheckConfig) error {
 	fresh, err := newChecker(cc)
 	if err != nil {
 		return err
@@ -1211,6 +1259,9 @@ func (c *checker) release() {
 	unmapArray(c.info)
 	unmapArray(c.end)
 	c.parent, c.off, c.to, c.cls, c.ent, c.code, c.info, c.end = nil, nil, nil, nil, nil, nil, nil, nil
+	if c.fly != nil {
+		c.fly.release()
+	}
 	if c.fps != nil {
 		c.fps.release()
 	}

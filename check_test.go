@@ -26,6 +26,8 @@ var maxStates = flag.Int("dmutex.maxstates", 0, "stop each exhaustive check afte
 
 var checkWorkers = flag.Int("dmutex.workers", 0, "search the big cases with this many goroutines (CheckConfig.Workers): the same states, verdicts and bounds, sooner on more cores")
 
+var checkOnTheFly = flag.Bool("dmutex.onthefly", false, "search the big cases with the graph on the fly instead (CheckConfig.OnTheFly, one goroutine): the same states, verdicts and bounds, in about a quarter of the memory")
+
 var bigCases = flag.String("dmutex.bigcases", "", "also model-check the big cases whose names (as TestModelCheck's subtests) match this regular expression, and let TestDocTables -update recompute their cells: one big cell without all the others")
 
 // bigCase reports whether the big case cc is to run: with -dmutex.big,
@@ -275,13 +277,20 @@ func modelCheckConfig(cc checkCase) CheckConfig {
 		Network: cc.net, MaxStates: limit, MaxMemory: bigMemory(cc),
 		SafetyOnly: (cc.big && !cc.live) || (raceEnabled && cc.v.alg == Lamport && cc.n == 3),
 		Workers:    bigWorkers(cc),
+		OnTheFly:   bigOnTheFly(cc),
 	}
 }
 
+// bigOnTheFly reports whether cc's search decides liveness on the fly:
+// with -dmutex.onthefly for the big cases with the graph.
+func bigOnTheFly(cc checkCase) bool {
+	return *checkOnTheFly && cc.big && cc.live
+}
+
 // bigWorkers is the number of goroutines that search cc:
-// -dmutex.workers for the big cases, else 0.
+// -dmutex.workers for the big cases (but those on the fly), else 0.
 func bigWorkers(cc checkCase) int {
-	if cc.big {
+	if cc.big && !bigOnTheFly(cc) {
 		return *checkWorkers
 	}
 	return 0
@@ -867,10 +876,19 @@ func scientific(x float64) string {
 func BenchmarkCheck(b *testing.B) {
 	for _, cfg := range []CheckConfig{
 		{Algorithm: RicartAgrawala, N: 3, Requests: 2},
+		{Algorithm: RicartAgrawala, N: 3, Requests: 2, OnTheFly: true},
 		{Algorithm: Lamport, N: 3, Requests: 1},
+		{Algorithm: Lamport, N: 3, Requests: 1, OnTheFly: true},
 		{Algorithm: Lamport, N: 3, Requests: 1, SafetyOnly: true},
 	} {
-		b.Run(fmt.Sprintf("alg=%v/n=%d/r=%d/graph=%v", cfg.Algorithm, cfg.N, cfg.Requests, !cfg.SafetyOnly), func(b *testing.B) {
+		search := "graph"
+		switch {
+		case cfg.OnTheFly:
+			search = "on-the-fly"
+		case cfg.SafetyOnly:
+			search = "safety"
+		}
+		b.Run(fmt.Sprintf("alg=%v/n=%d/r=%d/search=%s", cfg.Algorithm, cfg.N, cfg.Requests, search), func(b *testing.B) {
 			b.ReportAllocs()
 			states := 0
 			for b.Loop() {

@@ -17,7 +17,11 @@ func (c *checker) memory(worlds int) int64 {
 	// are mapped (a lock each): ask again only when what it sums may
 	// have changed, that is when a state, an edge, a class or a waiting
 	// world came or went.
-	key := memoryKey{c.res.States, worlds, len(c.to), len(c.parent), c.classBytes}
+	edges := len(c.to)
+	if c.fly != nil {
+		edges = len(c.fly.to) + len(c.fly.recs)
+	}
+	key := memoryKey{c.res.States, worlds, edges, len(c.parent), c.classBytes}
 	if key == c.memKey && c.memBytes > 0 {
 		return c.memBytes
 	}
@@ -62,6 +66,8 @@ func (c *checker) countMemory(worlds int) int64 {
 		b += int64(cap(c.deadlocks))*4 + int64(cap(c.overlaps))*8
 	case c.graph:
 		b += s * 16 // what liveness will add: its per-state scratch
+	case c.fly != nil:
+		b += c.fly.bytes()
 	}
 	b += c.classBytes
 	return b + int64(worlds)*c.worldSize

@@ -110,19 +110,9 @@ func sameSlice[T comparable](t *testing.T, what string, want, got []T) {
 	}
 }
 
-// TestDepthFirstGraphAgrees: the graph searched depth first and
-// renumbered, on one goroutine or (over FIFO queues) with two workers
-// (pargraph.go), gives exactly what the breadth-first search gives (see
-// deepgraph.go), over every algorithm at n = 3 with one request per peer
-// on each network it supports, a few with two, the liveness regression
-// machines of liveness_test.go, recovery rows (with their fates after the
-// crash), a starvation, a deadlock, safety violations (searched again
-// breadth first) and a Fenced search that goes on past two holders.
-func TestDepthFirstGraphAgrees(t *testing.T) {
-	type named struct {
-		name string
-		cfg  CheckConfig
-	}
+// graphCorpus is the corpus of TestDepthFirstGraphAgrees and
+// TestOnTheFlyAgrees: see the former.
+func graphCorpus(t *testing.T) []named {
 	var corpus []named
 	for _, cc := range checkCases() {
 		if cc.big || cc.n != 3 || cc.requests > 2 {
@@ -186,6 +176,25 @@ func TestDepthFirstGraphAgrees(t *testing.T) {
 			corpus = append(corpus, named{"variant/" + v.Name, CheckConfig{Variant: v.Name}})
 		}
 	}
+	return corpus
+}
+
+// named is a configuration of Check with a name for its subtest.
+type named struct {
+	name string
+	cfg  CheckConfig
+}
+
+// TestDepthFirstGraphAgrees: the graph searched depth first and
+// renumbered, on one goroutine or (over FIFO queues) with two workers
+// (pargraph.go), gives exactly what the breadth-first search gives (see
+// deepgraph.go), over every algorithm at n = 3 with one request per peer
+// on each network it supports, a few with two, the liveness regression
+// machines of liveness_test.go, recovery rows (with their fates after the
+// crash), a starvation, a deadlock, safety violations (searched again
+// breadth first) and a Fenced search that goes on past two holders.
+func TestDepthFirstGraphAgrees(t *testing.T) {
+	corpus := graphCorpus(t)
 	// The parallel search with the graph (pargraph.go) over FIFO queues,
 	// each case again with two workers: the same arrays after renumber.
 	for _, tt := range corpus {

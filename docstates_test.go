@@ -191,7 +191,7 @@ func overtakeTable(t testing.TB, old map[string][]string, big bool) string {
 					cells[col] = "(not computed)"
 				}
 			default:
-				res := mustCheck(t, CheckConfig{Algorithm: cc.v.alg, Options: cc.v.opts, N: cc.n, Requests: cc.requests, Network: cc.net, MaxStates: bigLimit(*cc), MaxMemory: bigMemory(*cc), Workers: bigWorkers(*cc)})
+				res := mustCheck(t, CheckConfig{Algorithm: cc.v.alg, Options: cc.v.opts, N: cc.n, Requests: cc.requests, Network: cc.net, MaxStates: bigLimit(*cc), MaxMemory: bigMemory(*cc), Workers: bigWorkers(*cc), OnTheFly: bigOnTheFly(*cc)})
 				require.True(t, res.Complete && res.Liveness && res.StarvationFree == Holds, "%s: %+v", cc.name(), res)
 				t.Logf("%s: %d states, %d transitions, max overtakes %d, %.0fs", cc.name(), res.States, res.Transitions, res.MaxOvertakes, res.Seconds)
 				cells[col] = overtakeCell(res)

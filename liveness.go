@@ -65,6 +65,9 @@ import (
 // neither is known, and StarvationFree is false, so that nobody reads a
 // starvation-freedom that was never checked.
 func (c *checker) liveness() {
+	if c.fly != nil {
+		return // decided during the search (onthefly.go)
+	}
 	if !c.graph || !c.res.Complete || !c.res.Safe {
 		c.res.StarvationFree = false
 		return

@@ -142,6 +142,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	stampGaps := fs.Bool("stamp-gaps", false, "merge Lamport states that differ only in gaps between stamps wider than the rest of the run can bridge")
 	fpBits := fs.Int("fingerprint", 128, "bits of the hash kept for each state: 128, or 64 for half the memory at a higher chance of a collision (printed)")
 	workers := fs.Int("workers", 0, "goroutines that search, with the same result for any number: with -safety-only depth first on one shared table, an idle worker handed a busy one's lowest frame (about the CPU time a state of one goroutine; docs/checking.md gives the speed measured); with the graph over FIFO queues the same, each worker also recording the edges it takes, and liveness's passes over the peers at once; over a bag breadth first, no faster than one; 0 for one goroutine (CheckConfig.Workers)")
+	onTheFly := fs.Bool("on-the-fly", false, "decide starvation and the waiting bound during the search, by Tarjan's algorithm over the states as they are found, keeping per state its hash and a byte a peer instead of the graph (about a third of its memory for the algorithms here); the same verdicts and bounds; at a counterexample it searches again with the graph (CheckConfig.OnTheFly)")
 	spillDir := fs.String("spill-dir", "", "with -safety-only: once the table of hashes fills half of -max-memory, merge it into a sorted file in this directory (8 bytes a state with -fingerprint 64, 16 with 128; removed at the end) and go on: the same states, past memory (CheckConfig.SpillDir)")
 	mermaid := fs.Bool("mermaid", false, "also print the counterexample as a Mermaid diagram")
 	if err := fs.Parse(args); err != nil {
@@ -166,7 +167,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		return 0
 	}
-	cfg := dmutex.CheckConfig{Variant: *variant, N: *n, MaxStates: *maxStates, SafetyOnly: *safetyOnly || *por, PartialOrder: *por, StampGaps: *stampGaps, Fenced: *fenced, Fingerprint: *fpBits, Workers: *workers, SpillDir: *spillDir}
+	cfg := dmutex.CheckConfig{Variant: *variant, N: *n, MaxStates: *maxStates, SafetyOnly: *safetyOnly || *por, PartialOrder: *por, StampGaps: *stampGaps, Fenced: *fenced, Fingerprint: *fpBits, Workers: *workers, SpillDir: *spillDir, OnTheFly: *onTheFly}
 	if *maxStates == 0 {
 		return bad("-max-states: 0 is not a limit (use -1 for none)")
 	}
@@ -418,6 +419,9 @@ func writeText(w io.Writer, r dmutex.CheckResult, mermaid bool) {
 	}
 	if r.StampGaps {
 		fmt.Fprint(w, " stamp-gaps")
+	}
+	if r.OnTheFly {
+		fmt.Fprint(w, " on-the-fly")
 	}
 	fmt.Fprintln(w)
 	rate := 0.0

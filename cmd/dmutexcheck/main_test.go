@@ -334,6 +334,34 @@ func TestReductionFlags(t *testing.T) {
 	assert.Contains(t, stderr, "PartialOrder with network unordered")
 }
 
+// TestOnTheFly: -on-the-fly decides liveness without the graph, as the
+// search with the graph decides it, and says so; at a counterexample it
+// hands over to the search with the graph, whose lasso it prints.
+func TestOnTheFly(t *testing.T) {
+	run := func(args ...string) map[string]any {
+		code, stdout, stderr := runCmd(t, append([]string{"-json"}, args...)...)
+		require.Contains(t, []int{0, 1}, code, stderr)
+		var m map[string]any
+		require.NoError(t, json.Unmarshal([]byte(stdout), &m))
+		delete(m, "seconds")
+		return m
+	}
+	graph := run("-alg", "ricart-agrawala", "-n", "3", "-requests", "2")
+	fly := run("-alg", "ricart-agrawala", "-n", "3", "-requests", "2", "-on-the-fly")
+	assert.Equal(t, true, fly["onTheFly"])
+	delete(fly, "onTheFly")
+	assert.Equal(t, graph, fly)
+
+	code, stdout, stderr := runCmd(t, "-variant", "singhal-heuristic-textbook", "-on-the-fly")
+	assert.Equal(t, 1, code, stderr)
+	assert.NotContains(t, stdout, "on-the-fly", "handed over to the graph")
+
+	code, stdout, stderr = runCmd(t, "-alg", "centralized", "-on-the-fly", "-safety-only")
+	assert.Equal(t, 2, code)
+	assert.Empty(t, stdout)
+	assert.Contains(t, stderr, "OnTheFly with SafetyOnly")
+}
+
 // TestUndecidedReadsUndecided: the reproductions of issue 22 item 4. A
 // property the search did not decide is null in JSON and "undecided" in
 // text, whatever stopped the search: a state limit, a deadlock it stopped

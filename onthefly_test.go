@@ -1,0 +1,129 @@
+package dmutex
+
+import (
+	"context"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// TestOnTheFlyAgrees: liveness decided on the fly (onthefly.go) gives
+// the result of the search with the graph, over TestDepthFirstGraphAgrees'
+// corpus (every algorithm at n = 3, the liveness regression machines,
+// a starvation, a deadlock, safety violations, Fenced), with recovery
+// after a crash, with requests without end (cycles that let others in:
+// MaxOvertakes -1), and at n = 4. Where the search on the fly met nothing
+// to report it kept no graph (OnTheFly in the result); where it met a
+// counterexample it handed over, and the result is the graph's, step for
+// step.
+func TestOnTheFlyAgrees(t *testing.T) {
+	corpus := graphCorpus(t)
+	for _, alg := range []Algorithm{RicartAgrawala, SuzukiKasami, Centralized} {
+		corpus = append(corpus, named{"recovery/" + alg.String(), CheckConfig{Algorithm: alg, N: 3, Requests: 1, Options: []Option{WithRecovery()},
+			Faults: CheckFaults{Crash: true}, Detector: Detector{Kind: DetectorPerfect}}})
+	}
+	corpus = append(corpus,
+		named{"centralized/unlimited", CheckConfig{Algorithm: Centralized, N: 3, Requests: Unlimited}},
+		named{"raymond/n=4/r=2", CheckConfig{Algorithm: Raymond, N: 4, Requests: 2}},
+		named{"roucairol-carvalho/n=4", CheckConfig{Algorithm: RoucairolCarvalho, N: 4, Requests: 1}},
+	)
+	if !raceLight() {
+		corpus = append(corpus, named{"singhal-heuristic/n=4", CheckConfig{Algorithm: SinghalHeuristic, N: 4, Requests: 1}})
+	}
+	kept, cyclic, unbounded := 0, false, false
+	for _, tt := range corpus {
+		t.Run(tt.name, func(t *testing.T) {
+			want := strip(mustCheck(t, tt.cfg))
+			cfg := tt.cfg
+			cfg.OnTheFly = true
+			c, err := newChecker(cfg)
+			require.NoError(t, err)
+			defer c.release()
+			require.NoError(t, c.explore(context.Background()))
+			c.liveness()
+			got := strip(c.result())
+			if want.Violation == nil && want.Complete {
+				assert.True(t, got.OnTheFly, "kept the graph, with nothing to report")
+			}
+			if got.OnTheFly {
+				kept++
+				cyclic = cyclic || c.fly.cycles > 0
+				unbounded = unbounded || got.MaxOvertakes < 0
+			}
+			got.OnTheFly = false
+			assert.Equal(t, want, got)
+		})
+	}
+	assert.Greater(t, kept, 20, "cases decided on the fly")
+	assert.True(t, cyclic, "no case decided on the fly had a cycle")
+	assert.True(t, unbounded, "no case decided on the fly was unbounded")
+}
+
+// TestOnTheFlyConfig: OnTheFly names what it cannot go with.
+func TestOnTheFlyConfig(t *testing.T) {
+	for _, tt := range []struct {
+		cfg  CheckConfig
+		want string
+	}{
+		{CheckConfig{Algorithm: Centralized, OnTheFly: true, SafetyOnly: true}, "OnTheFly with SafetyOnly"},
+		{CheckConfig{Algorithm: Centralized, OnTheFly: true, Workers: 2}, "OnTheFly with 2 workers"},
+	} {
+		_, err := Check(context.Background(), tt.cfg)
+		require.ErrorIs(t, err, ErrInvalidConfig)
+		assert.ErrorContains(t, err, tt.want)
+	}
+}
+
+// TestOnTheFlyStops: a state limit stops the search on the fly where it
+// stops the search with the graph (both go depth first, in the same
+// order), with liveness undecided; so do a memory limit and the context.
+func TestOnTheFlyStops(t *testing.T) {
+	cfg := CheckConfig{Algorithm: RicartAgrawala, N: 3, Requests: 2, MaxStates: 5_000}
+	want := strip(mustCheck(t, cfg))
+	cfg.OnTheFly = true
+	got := strip(mustCheck(t, cfg))
+	assert.True(t, got.OnTheFly)
+	got.OnTheFly = false
+	assert.Equal(t, want, got)
+	assert.Equal(t, StoppedAtStateLimit, got.Stopped)
+	assert.False(t, got.Liveness)
+	assert.Equal(t, Undecided, got.StarvationFree)
+	assert.Equal(t, -1, got.MaxOvertakes)
+
+	cfg.MaxStates, cfg.MaxMemory = -1, 1<<20
+	got = mustCheck(t, cfg)
+	assert.Equal(t, StoppedAtMemoryLimit, got.Stopped)
+	assert.False(t, got.Complete || got.Liveness)
+	assert.Equal(t, Undecided, got.Safe)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	cfg.MaxMemory = 0
+	got, err := Check(ctx, cfg)
+	require.ErrorIs(t, err, context.Canceled)
+	assert.Equal(t, StoppedByContext, got.Stopped)
+	assert.False(t, got.Complete || got.Liveness)
+}
+
+// TestOnTheFlyMemory: what the search on the fly holds at its end is
+// the table of hashes, a bit and a byte a peer for each state, and
+// little more: beside the table, a fifth of what the graph holds, as
+// each search counts it.
+func TestOnTheFlyMemory(t *testing.T) {
+	held := func(fly bool) (*checker, int64) {
+		c, err := newChecker(CheckConfig{Algorithm: RicartAgrawala, N: 3, Requests: 2, OnTheFly: fly})
+		require.NoError(t, err)
+		t.Cleanup(c.release)
+		require.NoError(t, c.explore(context.Background()))
+		return c, c.countMemory(0)
+	}
+	c, fly := held(true)
+	require.True(t, c.res.Liveness)
+	states := int64(c.res.States)
+	_, graph := held(false)
+	table := c.fps.bytes() + c.fps.growBytes(1024)
+	t.Logf("%d states: %d bytes on the fly (%d of them the table's), %d with the graph", states, fly, table, graph)
+	assert.LessOrEqual(t, fly, table+states*int64(c.cc.N+1)+64<<10)
+	assert.Less(t, 5*(fly-table), graph-table)
+}
