@@ -27,7 +27,9 @@ import (
 // replay of its path, tens of steps) for each state each time a pass of
 // Tarjan's algorithm visits it, once per peer and once more per fair
 // component: several times the whole search's time, for less than half
-// of what a state costs here.
+// of what a state costs here. CheckConfig.OnTheFly keeps neither the
+// edges nor the worlds: it runs Tarjan's algorithm during the search
+// itself (onthefly.go).
 //
 // Why the result is the breadth-first search's:
 //

@@ -1,5 +1,7 @@
 package dmutex
 
+import "slices"
+
 // A fate says whether a surviving peer that waits after a fault is
 // served: on every fair run from every such state (fateAlways), on
 // some run from some such state (fateSometimes), or on none
@@ -173,73 +175,21 @@ func (c *checker) afterFault(in func(s int32) bool) (fresh, all []fate) {
 // graph) is taken by an edge of the component: a fair run can stay in one
 // for ever.
 func (c *checker) fairComponents(in func(s int32) bool, keep func(e int32) bool) [][]int32 {
-	ns := int32(len(c.info))
-	index := make([]int32, ns)
-	low := make([]int32, ns)
-	comp := make([]int32, ns)
-	onStack := make([]bool, ns)
-	for i := range index {
-		index[i], comp[i] = -1, -1
-	}
-	var stack []int32
-	var calls []sccFrame
+	sc := newSCCs(len(c.info))
+	defer sc.release()
 	var fair [][]int32
-	next, ncomp := int32(0), int32(0)
-	for root := range ns {
-		if !in(root) || index[root] >= 0 {
-			continue
+	target := func(e int32) int32 {
+		if !keep(e) {
+			return -1
 		}
-		calls = append(calls[:0], sccFrame{v: root, e: c.off[root]})
-		index[root], low[root] = next, next
-		next++
-		stack = append(stack, root)
-		onStack[root] = true
-		for len(calls) > 0 {
-			f := &calls[len(calls)-1]
-			v := f.v
-			if f.e < c.off[v+1] {
-				e := f.e
-				f.e++
-				u := c.to[e]
-				if !in(u) || !keep(e) {
-					continue
-				}
-				if index[u] < 0 {
-					index[u], low[u] = next, next
-					next++
-					stack = append(stack, u)
-					onStack[u] = true
-					calls = append(calls, sccFrame{v: u, e: c.off[u]})
-				} else if onStack[u] {
-					low[v] = min(low[v], index[u])
-				}
-				continue
-			}
-			calls = calls[:len(calls)-1]
-			if len(calls) > 0 {
-				w := calls[len(calls)-1].v
-				low[w] = min(low[w], low[v])
-			}
-			if low[v] != index[v] {
-				continue
-			}
-			var members []int32
-			for {
-				u := stack[len(stack)-1]
-				stack = stack[:len(stack)-1]
-				onStack[u] = false
-				comp[u] = ncomp
-				members = append(members, u)
-				if u == v {
-					break
-				}
-			}
-			if c.fairComponent(members, comp, ncomp, keep) {
-				fair = append(fair, members)
-			}
-			ncomp++
-		}
+		return c.to[e]
 	}
+	sc.components(int32(len(c.info)), in, c.edges, target, func(id int32) bool {
+		if c.fairComponent(sc.members, sc.comp, id, keep) {
+			fair = append(fair, slices.Clone(sc.members))
+		}
+		return true
+	})
 	return fair
 }
 
@@ -247,22 +197,34 @@ func (c *checker) fairComponents(in func(s int32) bool, keep func(e int32) bool)
 // over the edges keep, and takes every fairness class enabled in all its
 // states.
 func (c *checker) fairComponent(members, comp []int32, id int32, keep func(e int32) bool) bool {
+	return fairOver(members, func(u int32, yield func(cls int32, inside bool)) {
+		for e := c.off[u]; e < c.off[u+1]; e++ {
+			yield(c.edgeClass(e), keep(e) && comp[c.to[e]] == id)
+		}
+	})
+}
+
+// fairOver reports whether a component holds a cycle and takes every
+// fairness class enabled in all its states: edges(u, yield) yields, for
+// each edge of member u in the whole graph, its class (-1 for none) and
+// whether it stays inside the component.
+func fairOver(members []int32, edges func(u int32, yield func(cls int32, inside bool))) bool {
 	taken := map[int32]bool{}
 	cyclic := false
 	var always map[int32]bool // classes enabled in every member so far
 	for i, u := range members {
 		here := map[int32]bool{}
-		for e := c.off[u]; e < c.off[u+1]; e++ {
-			if k := c.edgeClass(e); k >= 0 {
+		edges(u, func(k int32, inside bool) {
+			if k >= 0 {
 				here[k] = true
 			}
-			if keep(e) && comp[c.to[e]] == id {
+			if inside {
 				cyclic = true
-				if k := c.edgeClass(e); k >= 0 {
+				if k >= 0 {
 					taken[k] = true
 				}
 			}
-		}
+		})
 		if i == 0 {
 			always = here
 			continue

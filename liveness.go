@@ -58,7 +58,8 @@ import (
 // state, without any World), found depth first and numbered as a
 // breadth-first search would number it: deepgraph.go gives the search and
 // the argument that everything read here is what the breadth-first
-// search gave.
+// search gave. onthefly.go decides the same during the search, without
+// the graph (CheckConfig.OnTheFly).
 
 // liveness computes StarvationFree and MaxOvertakes from the explored
 // graph, when the search completed without a safety violation; otherwise
@@ -167,31 +168,84 @@ func (sc *sccs) release() {
 func (c *checker) peerLiveness(sc *sccs, p int) (int, *lasso) {
 	bit := uint32(1) << uint(p)
 	in := func(s int32) bool { return c.info[s].wait&bit != 0 }
-	for i := range sc.index {
-		sc.index[i] = -1
-		sc.comp[i] = -1
-	}
 	var dist []int32 // dist[component]: most entries by others on a path from it
 	unbounded := false
 	var found *lasso
-	next := int32(0)
-	for root := range int32(len(c.info)) {
+	sc.components(int32(len(c.info)), in, c.edges, c.target, func(id int32) bool {
+		d, cyclic := int32(0), false
+		for _, u := range sc.members {
+			for e := c.off[u]; e < c.off[u+1]; e++ {
+				t := c.to[e]
+				if !in(t) {
+					continue
+				}
+				w := int32(0)
+				if c.edgeEntry(e) >= 0 {
+					w = 1
+				}
+				if sc.comp[t] == id {
+					cyclic = true
+					if w > 0 {
+						unbounded = true
+					}
+					continue
+				}
+				d = max(d, w+dist[sc.comp[t]])
+			}
+		}
+		dist = append(grow(dist, 1, len(c.info)), d)
+		if cyclic && found == nil {
+			found = c.fairCycle(sc, id)
+		}
+		return true
+	})
+	defer unmapArray(dist)
+	if unbounded {
+		return -1, found
+	}
+	best := int32(0)
+	for _, d := range dist {
+		best = max(best, d)
+	}
+	return int(best), found
+}
+
+// edges returns where state s's edges begin and end in the graph.
+func (c *checker) edges(s int32) (int32, int32) { return c.off[s], c.off[s+1] }
+
+// target returns edge e's target in the graph.
+func (c *checker) target(e int32) int32 { return c.to[e] }
+
+// components runs Tarjan's algorithm over the states 0 to n-1 for which
+// in holds, along each state s's edges, numbered from the first result
+// of edges(s) up to the second, to their targets (target(e), or -1 to
+// leave the edge out) where in holds too. As each strongly connected
+// component completes, which is after every component it has an edge
+// to, it numbers it (0, 1, ... in that order), sets comp of its states
+// to that number, puts them in members, and calls pop with the number;
+// pop returning false ends the search, and components returns false.
+func (sc *sccs) components(n int32, in func(int32) bool, edges func(int32) (int32, int32), target func(int32) int32, pop func(id int32) bool) bool {
+	for i := range n {
+		sc.index[i], sc.comp[i] = -1, -1
+	}
+	next, ncomp := int32(0), int32(0)
+	for root := range n {
 		if !in(root) || sc.index[root] >= 0 {
 			continue
 		}
-		sc.calls = append(sc.calls[:0], sccFrame{v: root, e: c.off[root]})
+		first, _ := edges(root)
+		sc.calls = append(sc.calls[:0], sccFrame{v: root, e: first})
 		sc.index[root], sc.low[root] = next, next
 		next++
-		sc.stack = append(sc.stack, root)
+		sc.stack = append(sc.stack[:0], root)
 		sc.onStack[root] = true
 		for len(sc.calls) > 0 {
 			f := &sc.calls[len(sc.calls)-1]
 			v := f.v
-			if f.e < c.off[v+1] {
-				e := f.e
+			if _, last := edges(v); f.e < last {
+				u := target(f.e)
 				f.e++
-				u := c.to[e]
-				if !in(u) {
+				if u < 0 || !in(u) {
 					continue
 				}
 				if sc.index[u] < 0 {
@@ -199,7 +253,8 @@ func (c *checker) peerLiveness(sc *sccs, p int) (int, *lasso) {
 					next++
 					sc.stack = append(sc.stack, u)
 					sc.onStack[u] = true
-					sc.calls = append(sc.calls, sccFrame{v: u, e: c.off[u]})
+					first, _ := edges(u)
+					sc.calls = append(sc.calls, sccFrame{v: u, e: first})
 				} else if sc.onStack[u] {
 					sc.low[v] = min(sc.low[v], sc.index[u])
 				}
@@ -215,54 +270,24 @@ func (c *checker) peerLiveness(sc *sccs, p int) (int, *lasso) {
 				continue
 			}
 			// v roots a component: pop it.
-			id := int32(len(dist))
 			sc.members = sc.members[:0]
 			for {
 				u := sc.stack[len(sc.stack)-1]
 				sc.stack = sc.stack[:len(sc.stack)-1]
 				sc.onStack[u] = false
-				sc.comp[u] = id
+				sc.comp[u] = ncomp
 				sc.members = append(sc.members, u)
 				if u == v {
 					break
 				}
 			}
-			d, cyclic := int32(0), false
-			for _, u := range sc.members {
-				for e := c.off[u]; e < c.off[u+1]; e++ {
-					t := c.to[e]
-					if !in(t) {
-						continue
-					}
-					w := int32(0)
-					if c.edgeEntry(e) >= 0 {
-						w = 1
-					}
-					if sc.comp[t] == id {
-						cyclic = true
-						if w > 0 {
-							unbounded = true
-						}
-						continue
-					}
-					d = max(d, w+dist[sc.comp[t]])
-				}
+			if !pop(ncomp) {
+				return false
 			}
-			dist = append(grow(dist, 1, len(c.info)), d)
-			if cyclic && found == nil {
-				found = c.fairCycle(sc, id)
-			}
+			ncomp++
 		}
 	}
-	defer unmapArray(dist)
-	if unbounded {
-		return -1, found
-	}
-	best := int32(0)
-	for _, d := range dist {
-		best = max(best, d)
-	}
-	return int(best), found
+	return true
 }
 
 // fairCycle returns a lasso through component id (whose states are

@@ -108,11 +108,9 @@ type flyFrame struct {
 
 // flyScratch is a component's analysis scratch, reused.
 type flyScratch struct {
-	lto                []int32 // each edge's target among the members, -1 if out of the component
-	index, low, comp   []int32
-	onStack            []bool
-	stack, dist, group []int32
-	calls              []sccFrame
+	lto  []int32 // each edge's target among the members, -1 if out of the component
+	dist []int32 // per component of W_p
+	sccs
 }
 
 func newFlySearch(n int) *flySearch {
@@ -135,8 +133,10 @@ func (f *flySearch) release() {
 // bytes is what the search on the fly holds beside the table and the
 // worlds.
 func (f *flySearch) bytes() int64 {
+	sc := &f.sc
 	return arrayBytes(f.done) + arrayBytes(f.d) + f.peak +
-		int64(cap(f.sc.lto)+5*cap(f.sc.index)+4*cap(f.sc.stack)+4*cap(f.sc.dist)+4*cap(f.sc.group)+8*cap(f.sc.calls))
+		4*int64(cap(sc.lto)+cap(sc.dist)+cap(sc.index)+cap(sc.low)+cap(sc.comp)+cap(sc.stack)+cap(sc.members)) +
+		int64(cap(sc.onStack)) + 8*int64(cap(sc.calls))
 }
 
 // onTheFly explores from w depth first, deciding liveness as it goes
@@ -286,100 +286,54 @@ func (c *checker) flyComponent(r int32) bool {
 	sc.low = slices.Grow(sc.low[:0], int(m))[:m]
 	sc.comp = slices.Grow(sc.comp[:0], int(m))[:m]
 	sc.onStack = slices.Grow(sc.onStack[:0], int(m))[:m]
+	edges := func(i int32) (int32, int32) { return members[i].off, end(i) }
+	target := func(e int32) int32 { return sc.lto[e-base] }
 	for p := range f.n {
 		bit := uint32(1) << uint(p)
 		in := func(i int32) bool { return members[i].info.wait&bit != 0 }
-		for i := range m {
-			sc.index[i], sc.comp[i] = -1, -1
-		}
 		sc.dist = sc.dist[:0]
-		next := int32(0)
-		for root := range m {
-			if !in(root) || sc.index[root] >= 0 {
-				continue
-			}
-			sc.calls = append(sc.calls[:0], sccFrame{v: root, e: members[root].off})
-			sc.index[root], sc.low[root] = next, next
-			next++
-			sc.stack = append(sc.stack[:0], root)
-			sc.onStack[root] = true
-			for len(sc.calls) > 0 {
-				fr := &sc.calls[len(sc.calls)-1]
-				v := fr.v
-				if fr.e < end(v) {
-					u := sc.lto[fr.e-base]
-					fr.e++
-					if u < 0 || !in(u) {
-						continue
+		weigh := func(id int32) bool {
+			d, cyclic := int32(0), false
+			for _, u := range sc.members {
+				for e := members[u].off; e < end(u); e++ {
+					w := int32(0)
+					if c.kinds[f.code[e]].ent >= 0 {
+						w = 1
 					}
-					if sc.index[u] < 0 {
-						sc.index[u], sc.low[u] = next, next
-						next++
-						sc.stack = append(sc.stack, u)
-						sc.onStack[u] = true
-						sc.calls = append(sc.calls, sccFrame{v: u, e: members[u].off})
-					} else if sc.onStack[u] {
-						sc.low[v] = min(sc.low[v], sc.index[u])
-					}
-					continue
-				}
-				sc.calls = sc.calls[:len(sc.calls)-1]
-				if len(sc.calls) > 0 {
-					w := sc.calls[len(sc.calls)-1].v
-					sc.low[w] = min(sc.low[w], sc.low[v])
-				}
-				if sc.low[v] != sc.index[v] {
-					continue
-				}
-				// v roots a component of W_p: pop it and weigh it.
-				id := int32(len(sc.dist))
-				sc.group = sc.group[:0]
-				for {
-					u := sc.stack[len(sc.stack)-1]
-					sc.stack = sc.stack[:len(sc.stack)-1]
-					sc.onStack[u] = false
-					sc.comp[u] = id
-					sc.group = append(sc.group, u)
-					if u == v {
-						break
-					}
-				}
-				d, cyclic := int32(0), false
-				for _, u := range sc.group {
-					for e := members[u].off; e < end(u); e++ {
-						w := int32(0)
-						if c.kinds[f.code[e]].ent >= 0 {
-							w = 1
+					l := sc.lto[e-base]
+					switch {
+					case l < 0:
+						if b := f.d[int(f.to[e])*f.n+p]; b != flyOut {
+							d = max(d, w+int32(b))
 						}
-						l := sc.lto[e-base]
-						switch {
-						case l < 0:
-							if b := f.d[int(f.to[e])*f.n+p]; b != flyOut {
-								d = max(d, w+int32(b))
-							}
-						case !in(l):
-						case sc.comp[l] == id:
-							cyclic = true
-							if w > 0 {
-								f.unbounded[p] = true
-							}
-						default:
-							d = max(d, w+sc.dist[sc.comp[l]])
+					case !in(l):
+					case sc.comp[l] == id:
+						cyclic = true
+						if w > 0 {
+							f.unbounded[p] = true
 						}
+					default:
+						d = max(d, w+sc.dist[sc.comp[l]])
 					}
-				}
-				if f.unbounded[p] {
-					d = min(d, flyOut-1) // the bound is -1 whatever d is
-				}
-				if d >= flyOut {
-					return false
-				}
-				sc.dist = append(sc.dist, d)
-				f.best[p] = max(f.best[p], int(d))
-				if cyclic && c.flyFair(members, base, end, id) {
-					return false
 				}
 			}
+			if f.unbounded[p] {
+				d = min(d, flyOut-1) // the bound is -1 whatever d is
+			}
+			if d >= flyOut {
+				return false
+			}
+			sc.dist = append(sc.dist, d)
+			f.best[p] = max(f.best[p], int(d))
+			return !cyclic || !fairOver(sc.members, func(u int32, yield func(int32, bool)) {
+				for e := members[u].off; e < end(u); e++ {
+					l := sc.lto[e-base]
+					yield(c.kinds[f.code[e]].cls, l >= 0 && sc.comp[l] == id)
+				}
+			})
+		}
+		if !sc.components(m, in, edges, target, weigh) {
+			return false
 		}
 		for i, rc := range members {
 			b := uint8(flyOut)
@@ -394,44 +348,6 @@ func (c *checker) flyComponent(r int32) bool {
 	}
 	f.recs = f.recs[:r]
 	f.to, f.code = f.to[:base], f.code[:base]
-	return true
-}
-
-// flyFair reports whether the component id of W_p, whose members are
-// sc.group (indices into members), is fair, as fairComponent judges: a
-// class enabled in every one of its states is taken by an edge inside
-// it.
-func (c *checker) flyFair(members []flyRecord, base int32, end func(int32) int32, id int32) bool {
-	f, sc := c.fly, &c.fly.sc
-	taken := map[int32]bool{}
-	var always map[int32]bool
-	for i, u := range sc.group {
-		here := map[int32]bool{}
-		for e := members[u].off; e < end(u); e++ {
-			k := c.kinds[f.code[e]].cls
-			if k < 0 {
-				continue
-			}
-			here[k] = true
-			if l := sc.lto[e-base]; l >= 0 && sc.comp[l] == id {
-				taken[k] = true
-			}
-		}
-		if i == 0 {
-			always = here
-			continue
-		}
-		for k := range always {
-			if !here[k] {
-				delete(always, k)
-			}
-		}
-	}
-	for k := range always {
-		if !taken[k] {
-			return false
-		}
-	}
 	return true
 }
 

@@ -127,3 +127,35 @@ func TestOnTheFlyMemory(t *testing.T) {
 	assert.LessOrEqual(t, fly, table+states*int64(c.cc.N+1)+64<<10)
 	assert.Less(t, 5*(fly-table), graph-table)
 }
+
+// TestOnTheFlyUnmaps: no mapped array is left after Check on the fly,
+// whether it completes, hands over to the graph, is stopped by a limit
+// or by the context (arrays past 256 elements are mapped here, so the
+// search's own are).
+func TestOnTheFlyUnmaps(t *testing.T) {
+	defer func(m int) { bigArrayMin = m }(bigArrayMin)
+	bigArrayMin = 1 << 8
+	regions := func() int {
+		mapped.Lock()
+		defer mapped.Unlock()
+		return len(mapped.regions)
+	}
+	cancelled, cancel := context.WithCancel(context.Background())
+	cancel()
+	for _, tt := range []struct {
+		name string
+		ctx  context.Context
+		cfg  CheckConfig
+	}{
+		{"complete", context.Background(), CheckConfig{Algorithm: RicartAgrawala, N: 3}},
+		{"handed over", context.Background(), CheckConfig{Variant: "singhal-heuristic-textbook"}},
+		{"state limit", context.Background(), CheckConfig{Algorithm: RicartAgrawala, N: 3, Requests: 2, MaxStates: 3_000}},
+		{"context", cancelled, CheckConfig{Algorithm: RicartAgrawala, N: 3}},
+	} {
+		before := regions()
+		tt.cfg.OnTheFly = true
+		res, _ := Check(tt.ctx, tt.cfg)
+		assert.Equal(t, before, regions(), "%s: mappings left", tt.name)
+		assert.Equal(t, tt.name != "handed over", res.OnTheFly, tt.name)
+	}
+}
