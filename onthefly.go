@@ -80,9 +80,11 @@ type flySearch struct {
 	best      []int
 	unbounded []bool
 	sc        flyScratch
-	// cycles counts the components of G with a cycle, and largest is
-	// the most states one had: what the pending states cost depends on
-	// them.
+	// cycles counts the components of G of more than one state, and
+	// largest is the most states one had: what the pending states cost
+	// depends on them. (A state with an edge to itself is a component
+	// with a cycle too, but none of the machines here has one, and it
+	// costs nothing to hold.)
 	cycles, largest int
 }
 
@@ -278,7 +280,7 @@ func (c *checker) flyComponent(r int32) bool {
 		}
 		sc.lto = append(sc.lto, l)
 	}
-	if m > 1 || slices.Contains(sc.lto, 0) {
+	if m > 1 {
 		f.cycles++
 		f.largest = max(f.largest, int(m))
 	}
