@@ -80,7 +80,7 @@ func (p *pinger) appendState(b []byte) []byte { return b }
 func TestCheckFindsLivelock(t *testing.T) {
 	for _, net := range []Network{NetworkFIFO, NetworkUnordered} {
 		t.Run(net.String(), func(t *testing.T) {
-			res := mustCheck(t, CheckConfig{Algorithm: TokenRing, N: 3, Requests: 1, Network: net,
+			res := checkBoth(t, CheckConfig{Algorithm: TokenRing, N: 3, Requests: 1, Network: net,
 				build: func(id, _ int) machine { return &bouncer{id: id, token: id == 0} }})
 			require.True(t, res.Complete)
 			assert.Equal(t, Holds, res.Safe)
@@ -125,7 +125,7 @@ func TestCheckFindsLivelock(t *testing.T) {
 func TestCheckIgnoresUnfairCycles(t *testing.T) {
 	for _, net := range []Network{NetworkFIFO, NetworkUnordered} {
 		t.Run(net.String(), func(t *testing.T) {
-			res := mustCheck(t, CheckConfig{Algorithm: Centralized, N: 3, RequestsPerPeer: []int{0, 0, 1}, Network: net,
+			res := checkBoth(t, CheckConfig{Algorithm: Centralized, N: 3, RequestsPerPeer: []int{0, 0, 1}, Network: net,
 				build: func(id, _ int) machine { return &pinger{id: id} }})
 			require.True(t, res.Complete)
 			require.Nil(t, res.Violation)
@@ -140,7 +140,7 @@ func TestCheckIgnoresUnfairCycles(t *testing.T) {
 // take the bouncing token in turn for ever while P2 waits: a cycle with
 // entries, so no bound, reported as -1 (JSON null).
 func TestCheckUnboundedOvertakes(t *testing.T) {
-	res := mustCheck(t, CheckConfig{Algorithm: TokenRing, N: 3, Requests: Unlimited,
+	res := checkBoth(t, CheckConfig{Algorithm: TokenRing, N: 3, Requests: Unlimited,
 		build: func(id, _ int) machine { return &bouncer{id: id, token: id == 0} }})
 	require.True(t, res.Complete)
 	require.True(t, res.Liveness)
@@ -308,7 +308,7 @@ func TestWeakFairnessObligesWrites(t *testing.T) {
 			t.Run(fmt.Sprintf("%v/fenced=%v", net, fenced), func(t *testing.T) {
 				cfg := CheckConfig{Algorithm: Centralized, N: 3, RequestsPerPeer: []int{1, 0, 1}, Network: net,
 					Fenced: fenced, build: newLazyHolder}
-				res := mustCheck(t, cfg)
+				res := checkBoth(t, cfg)
 				require.True(t, res.Complete)
 				require.Equal(t, Holds, res.Safe)
 				require.True(t, res.Liveness)
@@ -407,7 +407,7 @@ func (f *fenceTwins) appendState(b []byte) []byte {
 func TestWeakFairnessPerState(t *testing.T) {
 	cfg := CheckConfig{Algorithm: Centralized, N: 3, RequestsPerPeer: []int{1, 0, 1}, Network: NetworkUnordered,
 		Fenced: true, build: newFenceTwins}
-	res := mustCheck(t, cfg)
+	res := checkBoth(t, cfg)
 	require.True(t, res.Complete)
 	require.Equal(t, Holds, res.Safe)
 	require.True(t, res.Liveness)
@@ -596,7 +596,7 @@ func TestStarvationLoopIsFair(t *testing.T) {
 		t.Run(net.String(), func(t *testing.T) {
 			cfg := CheckConfig{Algorithm: Centralized, N: 3, RequestsPerPeer: []int{0, 0, 1}, Network: net,
 				build: func(id, _ int) machine { return &sideNote{id: id} }}
-			res := mustCheck(t, cfg)
+			res := checkBoth(t, cfg)
 			require.True(t, res.Complete)
 			require.True(t, res.Liveness)
 			assert.Equal(t, Holds, res.DeadlockFree)
@@ -637,7 +637,7 @@ func (g *ignorer) appendState(b []byte) []byte { return b }
 func TestLivenessStutteringIsNoProgress(t *testing.T) {
 	cfg := CheckConfig{Algorithm: Centralized, N: 3, RequestsPerPeer: []int{0, 0, 1},
 		build: func(id, _ int) machine { return &ignorer{id: id} }}
-	res := mustCheck(t, cfg)
+	res := checkBoth(t, cfg)
 	require.True(t, res.Complete)
 	assert.Equal(t, Refuted, res.DeadlockFree)
 	assert.Equal(t, Refuted, res.StarvationFree, "a run that stops with P2 waiting starves it")
@@ -720,7 +720,7 @@ func TestLivenessCycleInItsComponent(t *testing.T) {
 		t.Run(net.String(), func(t *testing.T) {
 			cfg := CheckConfig{Algorithm: Centralized, N: 3, RequestsPerPeer: []int{0, 0, 1}, TriesPerPeer: []int{0, 1, 0},
 				Network: net, build: func(id, _ int) machine { return &twoRooms{id: id, blocked: id == 0} }}
-			res := mustCheck(t, cfg)
+			res := checkBoth(t, cfg)
 			require.True(t, res.Complete)
 			assert.Equal(t, Holds, res.DeadlockFree)
 			assert.Equal(t, Refuted, res.StarvationFree)
@@ -796,7 +796,7 @@ func (a *afterYou) appendState(b []byte) []byte {
 func TestLivenessCycleIsOne(t *testing.T) {
 	for _, net := range []Network{NetworkFIFO, NetworkUnordered} {
 		t.Run(net.String(), func(t *testing.T) {
-			res := mustCheck(t, CheckConfig{Algorithm: Centralized, N: 3, RequestsPerPeer: []int{0, 1, 1}, Network: net,
+			res := checkBoth(t, CheckConfig{Algorithm: Centralized, N: 3, RequestsPerPeer: []int{0, 1, 1}, Network: net,
 				build: func(id, _ int) machine { return &afterYou{id: id} }})
 			require.True(t, res.Complete)
 			assert.Equal(t, Holds, res.DeadlockFree)
@@ -805,7 +805,7 @@ func TestLivenessCycleIsOne(t *testing.T) {
 
 			cfg := CheckConfig{Algorithm: Centralized, N: 3, RequestsPerPeer: []int{0, 0, 1}, Network: net,
 				build: func(id, _ int) machine { return &sideNote{id: id} }}
-			res = mustCheck(t, cfg)
+			res = checkBoth(t, cfg)
 			requireFairLasso(t, cfg, res.Violation, 2)
 		})
 	}
@@ -859,13 +859,13 @@ func (s *slowStarver) appendState(b []byte) []byte { return b }
 func TestLivenessNotDecidedByABound(t *testing.T) {
 	cfg := CheckConfig{Algorithm: Centralized, N: 3, RequestsPerPeer: []int{0, 0, 1},
 		build: func(id, _ int) machine { return &slowStarver{id: id} }}
-	res := mustCheck(t, cfg)
+	res := checkBoth(t, cfg)
 	require.True(t, res.Complete)
 	require.Equal(t, Refuted, res.StarvationFree, "the full search finds the loop")
 	full := res.States
 
 	cfg.MaxStates = full / 2
-	res = mustCheck(t, cfg)
+	res = checkBoth(t, cfg)
 	require.False(t, res.Complete)
 	assert.False(t, res.Liveness)
 	assert.Equal(t, Undecided, res.StarvationFree, "stopped at %d of %d states", res.States, full)
@@ -885,7 +885,7 @@ func TestLivenessNotDecidedByABound(t *testing.T) {
 func TestLivenessNotHiddenByPartialOrder(t *testing.T) {
 	cfg := CheckConfig{Algorithm: Centralized, N: 3, RequestsPerPeer: []int{0, 0, 1},
 		build: func(id, _ int) machine { return &sideNote{id: id} }}
-	require.Equal(t, Refuted, mustCheck(t, cfg).StarvationFree)
+	require.Equal(t, Refuted, checkBoth(t, cfg).StarvationFree)
 
 	cfg.PartialOrder = true
 	res, err := Check(context.Background(), cfg)
@@ -898,7 +898,7 @@ func TestLivenessNotHiddenByPartialOrder(t *testing.T) {
 	}
 
 	cfg.SafetyOnly = true
-	res = mustCheck(t, cfg)
+	res = checkBoth(t, cfg)
 	require.True(t, res.Complete && res.PartialOrder)
 	assert.False(t, res.Liveness)
 	assert.Equal(t, Undecided, res.StarvationFree, "a reduced search does not decide liveness")
@@ -969,14 +969,14 @@ func TestLivenessClockShiftKeepsStarvation(t *testing.T) {
 		t.Run(fmt.Sprintf("fifo/stampGaps=%v", gaps), func(t *testing.T) {
 			cfg := CheckConfig{Algorithm: Lamport, N: 3, RequestsPerPeer: []int{0, 0, 1}, StampGaps: gaps,
 				MaxStates: 10_000, build: build}
-			res := mustCheck(t, cfg)
+			res := checkBoth(t, cfg)
 			require.True(t, res.Complete, "the shift makes the ping a cycle")
 			assert.Equal(t, Refuted, res.StarvationFree)
 			requireFairLasso(t, cfg, res.Violation, 2)
 		})
 	}
 	t.Run("unordered", func(t *testing.T) {
-		res := mustCheck(t, CheckConfig{Algorithm: Lamport, N: 3, RequestsPerPeer: []int{0, 0, 1}, Network: NetworkUnordered,
+		res := checkBoth(t, CheckConfig{Algorithm: Lamport, N: 3, RequestsPerPeer: []int{0, 0, 1}, Network: NetworkUnordered,
 			MaxStates: 2_000, build: build})
 		assert.False(t, res.Complete)
 		assert.NotEqual(t, Holds, res.StarvationFree)

@@ -188,6 +188,9 @@ func (c *checker) onTheFly(w *World) (complete, handOver bool, err error) {
 	}
 	for len(stack) > 0 {
 		top := len(stack) - 1
+		if top+1 == cap(stack) {
+			stack = append(stack, flyFrame{})[:top+1] // room for the next world
+		}
 		fr := &stack[top]
 		if fr.next == len(fr.trs) {
 			id, low, rec := fr.id, fr.low, fr.rec
@@ -210,10 +213,6 @@ func (c *checker) onTheFly(w *World) (complete, handOver bool, err error) {
 		e := f.recs[fr.rec].off + int32(fr.next)
 		fr.next++
 		c.res.Transitions++
-		if top+1 == cap(stack) {
-			stack = append(stack, flyFrame{})[:top+1]
-			fr = &stack[top]
-		}
 		next, st, err := stepInto(fr.w, &stack[:top+2][top+1].w, t)
 		if err != nil || st.overlap != nil {
 			return false, true, nil // a safety violation, or two inside with Fenced
@@ -359,13 +358,9 @@ func (c *checker) flyComponent(r int32) bool {
 func (c *checker) flyResult() {
 	f := c.fly
 	c.res.Liveness = true
-	c.res.MaxOvertakes = 0
-	for p := range f.n {
-		if f.unbounded[p] {
-			c.res.MaxOvertakes = -1
-			return
-		}
-		c.res.MaxOvertakes = max(c.res.MaxOvertakes, f.best[p])
+	c.res.MaxOvertakes = slices.Max(f.best)
+	if slices.Contains(f.unbounded, true) {
+		c.res.MaxOvertakes = -1
 	}
 }
 

@@ -28,7 +28,11 @@ func TestOnTheFlyAgrees(t *testing.T) {
 		corpus = append(corpus, named{"recovery/" + alg.String(), CheckConfig{Algorithm: alg, N: 3, Requests: 1, Options: []Option{WithRecovery()},
 			Faults: CheckFaults{Crash: true}, Detector: Detector{Kind: DetectorPerfect}}})
 	}
-	corpus = append(corpus, named{"centralized/unlimited", CheckConfig{Algorithm: Centralized, N: 3, Requests: Unlimited}})
+	corpus = append(corpus,
+		named{"centralized/unlimited", CheckConfig{Algorithm: Centralized, N: 3, Requests: Unlimited}},
+		// A crash without recovery: survivors left waiting (Blocked),
+		// which is no deadlock, nor starvation without a detector.
+		named{"ricart-agrawala/crash", CheckConfig{Algorithm: RicartAgrawala, N: 3, Faults: CheckFaults{Crash: true}}})
 	if !raceLight() {
 		// 11k to 66k states each, twice: 20 s under -race on a loaded
 		// machine, with the recovery rows of Ricart-Agrawala and
@@ -38,7 +42,7 @@ func TestOnTheFlyAgrees(t *testing.T) {
 			named{"roucairol-carvalho/n=4", CheckConfig{Algorithm: RoucairolCarvalho, N: 4, Requests: 1}},
 			named{"singhal-heuristic/n=4", CheckConfig{Algorithm: SinghalHeuristic, N: 4, Requests: 1}})
 	}
-	kept, cyclic, unbounded := 0, false, false
+	kept, cyclic, unbounded, blocked := 0, false, false, false
 	for _, tt := range corpus {
 		t.Run(tt.name, func(t *testing.T) {
 			want := strip(mustCheck(t, tt.cfg))
@@ -60,11 +64,13 @@ func TestOnTheFlyAgrees(t *testing.T) {
 			}
 			got.OnTheFly = false
 			assert.Equal(t, want, got)
+			blocked = blocked || (got.Blocked > 0 && c.fly != nil)
 		})
 	}
 	assert.Greater(t, kept, 20, "cases decided on the fly")
 	assert.True(t, cyclic, "no case decided on the fly had a cycle")
 	assert.True(t, unbounded, "no case decided on the fly was unbounded")
+	assert.True(t, blocked, "no case decided on the fly counted blocked states")
 }
 
 // TestOnTheFlyConfig: OnTheFly names what it cannot go with.
@@ -132,7 +138,13 @@ func TestOnTheFlyMemory(t *testing.T) {
 	c, fly := held(true)
 	require.True(t, c.res.Liveness)
 	states := int64(c.res.States)
-	_, graph := held(false)
+	g, graph := held(false)
+	// The same states expanded and worlds sampled for their size, as the
+	// search with the graph: the memory counted for the worlds on the
+	// path, and the progress reports, follow the same count.
+	assert.Equal(t, g.expanded, c.expanded, "states expanded")
+	assert.Equal(t, g.samples, c.samples, "worlds sampled")
+	assert.Equal(t, g.worldSize, c.worldSize, "a world's size")
 	table := c.fps.bytes() + c.fps.growBytes(1024)
 	t.Logf("%d states: %d bytes on the fly (%d of them the table's), %d with the graph", states, fly, table, graph)
 	assert.GreaterOrEqual(t, fly, table+states*int64(c.cc.N), "the table and a byte a peer a state")
@@ -200,4 +212,115 @@ func TestOnTheFlyCycles(t *testing.T) {
 	record := int64(unsafe.Sizeof(flyRecord{}))
 	assert.GreaterOrEqual(t, c.fly.peak, int64(c.res.States)*record, "every state pending at once")
 	assert.GreaterOrEqual(t, c.countMemory(0), c.fps.bytes()+c.fly.peak)
+}
+
+// checkBoth runs cfg's Check with the graph and, where it may, on the
+// fly, requires the same result of both (but OnTheFly), and returns the
+// first: the liveness tests' regressions judge the search on the fly
+// too.
+func checkBoth(t testing.TB, cfg CheckConfig) CheckResult {
+	t.Helper()
+	res := mustCheck(t, cfg)
+	if cfg.SafetyOnly || cfg.Workers > 0 {
+		return res
+	}
+	cfg.OnTheFly = true
+	fly := strip(mustCheck(t, cfg))
+	fly.OnTheFly = false
+	require.Equal(t, strip(res), fly, "on the fly")
+	return res
+}
+
+// TestOnTheFlyDistances: the byte the search on the fly keeps for each
+// state and peer p is the dist of the state's component of W_p, the most
+// entries of others on a path on which p waits throughout, as read from
+// the graph: for each p the same number of states have each dist. The
+// cases have components of several states, with requests without end
+// (where MaxOvertakes is -1, and the bytes are still exact).
+func TestOnTheFlyDistances(t *testing.T) {
+	for _, cfg := range []CheckConfig{
+		{Algorithm: Centralized, N: 3, RequestsPerPeer: []int{Unlimited, Unlimited, 1}},
+		{Algorithm: Raymond, N: 3, RequestsPerPeer: []int{Unlimited, Unlimited, 1}},
+		{Algorithm: NaimiTrehel, N: 3, RequestsPerPeer: []int{Unlimited, Unlimited, 1}},
+		{Algorithm: SuzukiKasami, N: 3, RequestsPerPeer: []int{Unlimited, 1, 1}},
+		{Algorithm: RicartAgrawala, N: 3, Requests: 2},
+		// One component of all 98 states, and one of 282.
+		{Algorithm: Centralized, N: 3, Requests: Unlimited, Network: NetworkUnordered},
+		{Algorithm: NaimiTrehel, N: 4, RequestsPerPeer: []int{Unlimited, Unlimited, Unlimited, 1}},
+	} {
+		explored := func(fly bool) *checker {
+			cfg.OnTheFly = fly
+			c, err := newChecker(cfg)
+			require.NoError(t, err)
+			t.Cleanup(c.release)
+			require.NoError(t, c.explore(context.Background()))
+			require.True(t, c.res.Complete)
+			return c
+		}
+		g, f := explored(false), explored(true)
+		require.NotNil(t, f.fly, "handed over")
+		sc := newSCCs(len(g.info))
+		for p := range cfg.N {
+			in := func(s int32) bool { return g.info[s].wait&(1<<uint(p)) != 0 }
+			var dist []int32
+			sc.components(int32(len(g.info)), in, g.edges, g.target, func(id int32) bool {
+				d := int32(0)
+				for _, u := range sc.members {
+					for e := g.off[u]; e < g.off[u+1]; e++ {
+						if to := g.to[e]; in(to) && sc.comp[to] != id {
+							d = max(d, int32(min(g.edgeEntry(e)+1, 1))+dist[sc.comp[to]])
+						}
+					}
+				}
+				dist = append(dist, d)
+				return true
+			})
+			want, got := map[int32]int{}, map[int32]int{}
+			for s := range int32(len(g.info)) {
+				if in(s) {
+					want[dist[sc.comp[s]]]++
+				}
+			}
+			for s := range f.res.States {
+				if b := f.fly.d[s*cfg.N+p]; b != flyOut {
+					got[int32(b)]++
+				}
+			}
+			assert.Equal(t, want, got, "%v, P%d: states by dist", cfg.Algorithm, p)
+		}
+		sc.release()
+		t.Logf("%v: %d states, %d components of several, the largest of %d", cfg.Algorithm, f.res.States, f.fly.cycles, f.fly.largest)
+	}
+}
+
+// TestOnTheFlyFairComponent: flyComponent's fairness, on a component
+// made by hand. P0 waits in A and B, which go round A -> B (class 5)
+// -> A (class 6); A also has an edge of class 6 out to a done state X.
+// Class 6 is enabled in both and taken only by the edge into A, the
+// component's root (its first member): the component is fair, and the
+// search hands over. Without the edge B -> A it is no cycle but two
+// components, and the search goes on with each state's bytes.
+func TestOnTheFlyFairComponent(t *testing.T) {
+	build := func(back bool) *checker {
+		c := &checker{cc: CheckConfig{N: 1}, kinds: []edgeKind{{cls: 5, ent: -1}, {cls: 6, ent: -1}}}
+		c.fly = newFlySearch(1)
+		f := c.fly
+		f.done = []uint64{1 << 2} // X, state 2, is done
+		f.d = []uint8{0, 0, 0}
+		wait := stateInfo{wait: 1}
+		f.recs = []flyRecord{{id: 0, info: wait, off: 0}, {id: 1, info: wait, off: 2}}
+		f.to, f.code = []int32{1, 2}, []uint8{0, 1}
+		if back {
+			f.to, f.code = append(f.to, 0), append(f.code, 1)
+		}
+		return c
+	}
+	c := build(true)
+	assert.False(t, c.flyComponent(0), "a fair cycle through the root: hand over")
+	c = build(false)
+	assert.True(t, c.flyComponent(1), "B alone")
+	assert.True(t, c.flyComponent(0), "A, with an edge to B")
+	assert.Equal(t, []uint8{0, 0, 0}, c.fly.d)
+	assert.Equal(t, []uint64{7}, c.fly.done)
+	assert.Empty(t, c.fly.recs)
 }
