@@ -16,12 +16,10 @@ func (c *checker) memory(worlds int) int64 {
 	// The search asks at every transition, and the sum asks which arrays
 	// are mapped (a lock each): ask again only when what it sums may
 	// have changed, that is when a state, an edge, a class or a waiting
-	// world came or went.
-	edges := len(c.to)
-	if c.fly != nil {
-		edges = len(c.fly.to) + len(c.fly.recs)
-	}
-	key := memoryKey{c.res.States, worlds, edges, len(c.parent), c.classBytes}
+	// world came or went. (What the search on the fly adds changes only
+	// with them: its pending arrays' peak grows with a new state, and its
+	// scratch as a component completes, when the path shortens.)
+	key := memoryKey{c.res.States, worlds, len(c.to), len(c.parent), c.classBytes}
 	if key == c.memKey && c.memBytes > 0 {
 		return c.memBytes
 	}

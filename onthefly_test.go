@@ -86,6 +86,11 @@ func TestOnTheFlyConfig(t *testing.T) {
 		require.ErrorIs(t, err, ErrInvalidConfig)
 		assert.ErrorContains(t, err, tt.want)
 	}
+	// Past 32 peers the graph is not kept and liveness not checked (a
+	// state's waiting peers are 32 bits): nor is it on the fly.
+	res := mustCheck(t, CheckConfig{Algorithm: Centralized, N: 33, OnTheFly: true, MaxStates: 100})
+	assert.False(t, res.OnTheFly)
+	assert.False(t, res.Liveness)
 }
 
 // TestOnTheFlyStops: a state limit stops the search on the fly where it
