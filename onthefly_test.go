@@ -162,15 +162,7 @@ func TestOnTheFlyMemory(t *testing.T) {
 // over to the graph, is stopped by a limit or by the context (arrays
 // past 256 elements are mapped here, so the search's own are).
 func TestOnTheFlyUnmaps(t *testing.T) {
-	defer func(m int) { bigArrayMin = m }(bigArrayMin)
-	bigArrayMin = 1 << 8
-	regions := func() int {
-		mapped.Lock()
-		defer mapped.Unlock()
-		return len(mapped.regions)
-	}
-	cancelled, cancel := context.WithCancel(context.Background())
-	cancel()
+	regions, cancelled := smallArrays(t)
 	for _, tt := range []struct {
 		name string
 		ctx  context.Context

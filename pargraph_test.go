@@ -159,15 +159,8 @@ func (m *twoStarve) appendState(b []byte) []byte { return b }
 func TestParallelGraphUnmaps(t *testing.T) {
 	// Small arrays mapped too: the shards of the shared table among them,
 	// once they grow past 256 slots.
-	defer func(e int64, m int) { maxGraphEdges, bigArrayMin = e, m }(maxGraphEdges, bigArrayMin)
-	bigArrayMin = 1 << 8
-	regions := func() int {
-		mapped.Lock()
-		defer mapped.Unlock()
-		return len(mapped.regions)
-	}
-	cancelled, cancel := context.WithCancel(context.Background())
-	cancel()
+	defer func(e int64) { maxGraphEdges = e }(maxGraphEdges)
+	regions, cancelled := smallArrays(t)
 	for _, tt := range []struct {
 		name  string
 		ctx   context.Context
@@ -192,4 +185,20 @@ func TestParallelGraphUnmaps(t *testing.T) {
 			assert.Equal(t, before, regions(), "%s, safety only %v: mappings left", tt.name, safetyOnly)
 		}
 	}
+}
+
+// smallArrays maps arrays past 256 elements until t ends, and returns a
+// count of the live mappings and a context already cancelled: what the
+// tests that no mapping is left after a search need.
+func smallArrays(t *testing.T) (regions func() int, cancelled context.Context) {
+	m := bigArrayMin
+	t.Cleanup(func() { bigArrayMin = m })
+	bigArrayMin = 1 << 8
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	return func() int {
+		mapped.Lock()
+		defer mapped.Unlock()
+		return len(mapped.regions)
+	}, ctx
 }
