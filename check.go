@@ -468,9 +468,11 @@ type CheckResult struct {
 	// StampGaps says that states differing only in wide gaps between
 	// stamps were merged (CheckConfig's StampGaps).
 	StampGaps bool `json:"stampGaps,omitempty"`
-	// OnTheFly says that liveness was decided on the fly, without the
-	// graph (CheckConfig.OnTheFly); false when that search handed over
-	// to the search with the graph, whose result this is.
+	// OnTheFly says that the search ran on the fly, keeping no graph
+	// (CheckConfig.OnTheFly), to its end or to the limit that stopped it;
+	// false when it handed over to the search with the graph, whose
+	// result this is. Whether liveness was decided is Liveness's to say:
+	// a search on the fly stopped by a limit decided nothing.
 	OnTheFly bool `json:"onTheFly,omitempty"`
 	// Spilled is the states whose fingerprints were in the file of
 	// CheckConfig.SpillDir at the end of the search, and SpillMerges how
